@@ -1,0 +1,17 @@
+# The README's two commands: `make demo` (the main job) and `make test` (the tests).
+.PHONY: demo test lint setup
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	.venv/bin/loadkit demo
+
+test:
+	@bash scripts/setup.sh --with-browser
+	.venv/bin/python -m pytest -q
+
+lint: setup
+	.venv/bin/ruff check loadkit tests bench scenarios
+	.venv/bin/ruff format --check loadkit tests bench scenarios
+	.venv/bin/mypy

@@ -1,0 +1,90 @@
+"""The `loadkit` command: a thin layer over one module per subcommand.
+
+Each module in `loadkit/commands/` exposes `HELP` (one line), `DESCRIPTION`
+(the longer `--help` text), `prepare_parser(parser)` and `run(args) -> int`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from loadkit import __version__
+from loadkit.errors import EXIT_INTERRUPTED, LoadkitError
+
+# Order is the order shown in `loadkit --help`: the story from demo to report.
+COMMANDS: dict[str, str] = {
+    "demo": "loadkit.commands.demo",
+    "run": "loadkit.commands.run",
+    "target": "loadkit.commands.target",
+    "watch": "loadkit.commands.watch",
+    "import": "loadkit.commands.import_",
+    "analyze": "loadkit.commands.analyze",
+    "report": "loadkit.commands.report",
+    "compare": "loadkit.commands.compare",
+}
+
+EPILOG = """\
+exit codes: 0 ok, 1 SLO failed (--fail-on-slo), 2 bad input, 3 target/server
+failed, 4 unreadable run directory, 130 interrupted (data kept).
+
+start here:  loadkit demo        (real Triton on 127.0.0.1, burst test, report)
+"""
+
+
+def _available_commands() -> dict[str, ModuleType]:
+    modules: dict[str, ModuleType] = {}
+    for name, module_name in COMMANDS.items():
+        try:
+            modules[name] = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+    return modules
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loadkit",
+        description="Load testing and latency forensics for GPU inference services "
+        "(Triton Inference Server and other KServe v2 servers).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"loadkit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in _available_commands().items():
+        cmd_parser = sub.add_parser(
+            name,
+            help=module.HELP,
+            description=getattr(module, "DESCRIPTION", module.HELP),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.prepare_parser(cmd_parser)
+        cmd_parser.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args._run(args))
+    except LoadkitError as err:
+        print(f"ERROR: {err.message}", file=sys.stderr)
+        if err.hint:
+            print(f"HINT: {err.hint}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("Interrupted; data recorded so far is kept.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
