@@ -1,6 +1,11 @@
 """The run directory: the only contract between recording, analysis and reports."""
 
-from loadkit.rundir.hlog import IntervalHistogram, IntervalLogWriter, new_histogram, read_interval_log
+from loadkit.rundir.hlog import (
+    IntervalHistogram,
+    IntervalLogWriter,
+    new_histogram,
+    read_interval_log,
+)
 from loadkit.rundir.reader import Run, load_run
 from loadkit.rundir.writer import (
     JsonlWriter,

@@ -133,7 +133,9 @@ def test_unfinished_run_loads_and_says_so(tmp_path: Path) -> None:
     assert loaded.end_ns is not None
 
 
-def test_writer_flushes_on_time_without_close(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_writer_flushes_on_time_without_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A fake monotonic clock: no sleeping.
     now = [100.0]
     monkeypatch.setattr(writer_module, "timer", lambda: now[0])

@@ -1,0 +1,94 @@
+"""Render the shipped `ranker` model repository into a directory Triton can serve.
+
+The package ships a template (`model_repository/ranker/config.pbtxt`); each
+embedded server gets its own rendered copy, so two servers with different
+batching settings never share (or race on) one config file.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from string import Template
+
+from loadkit.errors import UsageError
+
+MODEL_NAME = "ranker"
+USER_DIM = 16  # must match USER_DIM in model_repository/ranker/1/model.py
+
+# Simulated accelerator time: a batch of 8 takes 2000 + 8 * 250 us = 4 ms.
+DEFAULT_MODEL_PARAMS: dict[str, str] = {
+    "gpu_time_us_per_batch": "2000",
+    "gpu_time_us_per_item": "250",
+}
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """What the launcher may change about the model: batching, instances, parameters."""
+
+    max_batch_size: int = 32
+    max_queue_delay_us: int = 2000
+    instances: int = 1
+    params: Mapping[str, str] = field(default_factory=dict)
+    sim_gpu_state: str | None = None
+
+    def validate(self) -> None:
+        if self.max_batch_size < 1:
+            raise UsageError(
+                f"max batch size must be at least 1, got {self.max_batch_size}",
+                hint="the ranker uses Triton's dynamic batcher, which needs batching enabled",
+            )
+        if self.max_queue_delay_us < 0:
+            raise UsageError(f"max queue delay must be >= 0 us, got {self.max_queue_delay_us}")
+        if self.instances < 1:
+            raise UsageError(f"instances must be at least 1, got {self.instances}")
+
+    def parameters(self) -> dict[str, str]:
+        """Model parameters as Triton passes them to the Python model (all strings)."""
+        merged = dict(DEFAULT_MODEL_PARAMS)
+        merged.update({str(k): str(v) for k, v in self.params.items()})
+        if self.sim_gpu_state:
+            merged["sim_gpu_state"] = str(self.sim_gpu_state)
+        return merged
+
+
+def template_dir() -> Path:
+    """The shipped model directory (`.../loadkit/target/model_repository/ranker`)."""
+    return Path(str(resources.files("loadkit.target") / "model_repository" / MODEL_NAME))
+
+
+def _pbtxt_string(value: str) -> str:
+    # JSON string escaping is a valid protobuf text-format string literal for our values.
+    return json.dumps(value, ensure_ascii=True)
+
+
+def render_config(settings: ModelSettings) -> str:
+    """Return the `config.pbtxt` text for these settings (no files touched)."""
+    settings.validate()
+    params = ",\n".join(
+        f"  {{ key: {_pbtxt_string(k)} value: {{ string_value: {_pbtxt_string(v)} }} }}"
+        for k, v in sorted(settings.parameters().items())
+    )
+    template = Template((template_dir() / "config.pbtxt").read_text(encoding="utf-8"))
+    return template.substitute(
+        max_batch_size=settings.max_batch_size,
+        max_queue_delay_us=settings.max_queue_delay_us,
+        instances=settings.instances,
+        user_dim=USER_DIM,
+        parameters=params,
+    )
+
+
+def write_repository(dest: Path, settings: ModelSettings) -> Path:
+    """Create `dest/ranker/{config.pbtxt,1/model.py}`; return `dest` (the repository root)."""
+    text = render_config(settings)
+    model_dir = dest / MODEL_NAME
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template_dir() / "1" / "model.py", model_dir / "1" / "model.py")
+    (model_dir / "config.pbtxt").write_text(text, encoding="utf-8")
+    return dest
