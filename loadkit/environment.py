@@ -59,7 +59,9 @@ def collect_host() -> dict[str, Any]:
         "cpu_model": _cpu_model(),
         "cores_logical": psutil.cpu_count(logical=True),
         "cores_physical": psutil.cpu_count(logical=False),
-        "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_affinity": sorted(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else None,
         "cpu_max_mhz": freq,
         "governor": _governor(),
         "cgroup_cpu_quota_cores": _cgroup_cpu_quota(),

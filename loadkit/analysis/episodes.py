@@ -1,0 +1,256 @@
+"""Spike episodes: runs of windows where a percentile sits far above its robust baseline.
+
+Baseline is a rolling median over a long centered window; the spread is
+max(1.4826·MAD, a fraction of the median, a floor), with the MAD taken on the
+quiet (lower) side so that frequent one-sided spikes cannot hide themselves by
+inflating it, and the floor and fraction ensure a perfectly flat series
+(MAD = 0) does not turn every millisecond of noise into an infinite z-score. A
+window is hot when both its robust z and its ratio to the baseline are high;
+hot runs separated by short gaps are one episode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from loadkit.analysis.model import SpikeEpisode
+
+# Rolling-median span: long against spikes and bursts of seconds to tens of seconds.
+BASELINE_SPAN_S = 60.0
+MIN_BASELINE_WINDOWS = 15
+BASELINE_WINDOWS = 61
+# The baseline is re-estimated without the episodes found so far, until they stop
+# changing: a 20 s burst plus a 4-in-15 s sawtooth fill half of a 61 s window and
+# would otherwise lift the median onto the spikes themselves.
+MAX_BASELINE_PASSES = 5
+MAD_TO_SIGMA = 1.4826
+MIN_SCALE_FRACTION = 0.05  # of the baseline median
+MIN_SCALE_MS = 0.1
+Z_THRESHOLD = 4.0
+RATIO_THRESHOLD = 1.3
+# Hysteresis: an episode found at the thresholds above extends over neighbouring
+# windows that still clear these lower ones, so its start is when the rise began.
+EDGE_Z_THRESHOLD = 1.0
+EDGE_RATIO_THRESHOLD = 1.15
+MERGE_GAP_WINDOWS = 1
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Robust baseline and spread per window (NaN where the series has no data nearby)."""
+
+    median: np.ndarray
+    scale: np.ndarray
+
+
+def _rolling(values: np.ndarray, window: int, fn: str) -> np.ndarray:
+    s = pd.Series(values)
+    roll = s.rolling(window, center=True, min_periods=max(1, window // 4))
+    out = roll.median() if fn == "median" else roll.apply(_mad, raw=True)
+    return np.array(out, dtype=float)
+
+
+def _mad(x: np.ndarray) -> float:
+    """MAD of the quiet side: median distance below the median.
+
+    Spikes are one-sided; when they fill a large share of windows (a 4 s
+    throttle every 15 s is 27 %), they inflate a two-sided MAD until the spikes
+    themselves look normal. For symmetric noise this equals the usual MAD.
+    """
+    x = x[~np.isnan(x)]
+    if x.size == 0:
+        return np.nan
+    m = np.median(x)
+    return float(np.median(m - x[x <= m]))
+
+
+def robust_baseline(
+    values: np.ndarray,
+    window: int = BASELINE_WINDOWS,
+    min_fraction: float = MIN_SCALE_FRACTION,
+    floor: float = MIN_SCALE_MS,
+) -> Baseline:
+    """Rolling median and max(1.4826·MAD, min_fraction·median, floor).
+
+    Near the ends, where a centered window does not fit, the nearest full
+    window's values are used; a series shorter than the window uses one global
+    median and MAD.
+    """
+    v = np.asarray(values, dtype=float)
+    n = len(v)
+    if n == 0 or np.all(np.isnan(v)):
+        return Baseline(np.full(n, np.nan), np.full(n, np.nan))
+    if n <= window:
+        med = np.full(n, float(np.nanmedian(v)))
+        mad = np.full(n, _mad(v))
+    else:
+        med = _rolling(v, window, "median")
+        mad = _rolling(v, window, "mad")
+        half = window // 2
+        med[:half], mad[:half] = med[half], mad[half]
+        med[n - half :], mad[n - half :] = med[n - half - 1], mad[n - half - 1]
+        # Interior windows far from any data: carry the nearest value.
+        med = np.array(pd.Series(med).ffill().bfill(), dtype=float)
+        mad = np.array(pd.Series(mad).ffill().bfill(), dtype=float)
+    # A level shift inside the baseline span (a burst plateau beside a sawtooth)
+    # inflates even the quiet-side MAD; the spread of window-to-window changes
+    # does not see level shifts, only noise (and two edges per spike), so the
+    # smaller of the two is the noise.
+    spread = np.fmin(MAD_TO_SIGMA * mad, _diff_sigma(v, window))
+    scale = np.maximum.reduce(
+        [np.nan_to_num(spread, nan=0.0), min_fraction * np.abs(med), np.full(n, floor)]
+    )
+    scale = np.where(np.isnan(med), np.nan, scale)
+    return Baseline(med, scale)
+
+
+def _diff_sigma(v: np.ndarray, window: int) -> np.ndarray:
+    """Noise sigma from first differences: 1.4826 * median|diff| / sqrt(2), rolling."""
+    n = len(v)
+    if n < 3:
+        return np.full(n, np.nan)
+    d = np.abs(np.diff(v))
+    d = np.append(d, np.nan)
+    if n <= window:
+        est = float(np.nanmedian(d)) if np.any(~np.isnan(d)) else np.nan
+        return np.full(n, MAD_TO_SIGMA * est / np.sqrt(2.0))
+    roll = pd.Series(d).rolling(window, center=True, min_periods=max(1, window // 4)).median()
+    out = np.array(roll.ffill().bfill(), dtype=float)
+    return MAD_TO_SIGMA * out / np.sqrt(2.0)
+
+
+def hot_windows(
+    values: np.ndarray,
+    baseline: Baseline,
+    z_threshold: float = Z_THRESHOLD,
+    ratio_threshold: float = RATIO_THRESHOLD,
+) -> np.ndarray:
+    """Windows whose robust z and ratio to baseline are both over their thresholds."""
+    v = np.asarray(values, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = (v - baseline.median) / baseline.scale
+        ratio = v / baseline.median
+    return (np.nan_to_num(z, nan=0.0) >= z_threshold) & (
+        np.nan_to_num(ratio, nan=0.0) >= ratio_threshold
+    )
+
+
+def iterative_baseline(
+    values: np.ndarray,
+    window: int = BASELINE_WINDOWS,
+    z_threshold: float = Z_THRESHOLD,
+    ratio_threshold: float = RATIO_THRESHOLD,
+) -> tuple[Baseline, np.ndarray]:
+    """Baseline re-estimated without the hot windows until the hot set is stable; and that set."""
+    v = np.asarray(values, dtype=float)
+    baseline = robust_baseline(v, window)
+    hot = np.zeros(len(v), dtype=bool)
+    for _ in range(MAX_BASELINE_PASSES):
+        core = hot_windows(v, baseline, z_threshold, ratio_threshold)
+        warm = hot_windows(v, baseline, EDGE_Z_THRESHOLD, EDGE_RATIO_THRESHOLD) | core
+        new_hot = extend_edges(core, warm)
+        if np.array_equal(new_hot, hot):
+            break
+        hot = new_hot
+        quiet = np.where(hot, np.nan, v)
+        if np.count_nonzero(~np.isnan(quiet)) < max(3, len(v) // 10):
+            break  # almost everything is hot: keep the last baseline
+        baseline = robust_baseline(quiet, window)
+    return baseline, hot
+
+
+def extend_edges(hot: np.ndarray, warm: np.ndarray) -> np.ndarray:
+    """Grow each hot run over adjacent warm windows (hysteresis thresholding)."""
+    out = hot.copy()
+    n = len(hot)
+    for i in np.nonzero(hot)[0]:
+        j = i - 1
+        while j >= 0 and warm[j] and not out[j]:
+            out[j] = True
+            j -= 1
+        j = i + 1
+        while j < n and warm[j] and not out[j]:
+            out[j] = True
+            j += 1
+    return out
+
+
+def hot_runs(hot: np.ndarray, merge_gap: int = MERGE_GAP_WINDOWS) -> list[tuple[int, int]]:
+    """[start, end) index ranges of hot windows, merging runs separated by <= merge_gap windows."""
+    runs: list[tuple[int, int]] = []
+    i, n = 0, len(hot)
+    while i < n:
+        if not hot[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and hot[j]:
+            j += 1
+        if runs and i - runs[-1][1] <= merge_gap:
+            runs[-1] = (runs[-1][0], j)
+        else:
+            runs.append((i, j))
+        i = j
+    return runs
+
+
+def find_episodes(
+    values: Sequence[float | None],
+    starts_ns: np.ndarray,
+    window_s: float,
+    run_start_ns: int,
+    percentile: str,
+    kind: str = "corrected",
+    *,
+    baseline_windows: int = BASELINE_WINDOWS,
+    z_threshold: float = Z_THRESHOLD,
+    ratio_threshold: float = RATIO_THRESHOLD,
+    merge_gap: int = MERGE_GAP_WINDOWS,
+) -> tuple[list[SpikeEpisode], Baseline]:
+    """Spike episodes of one percentile series (ms per window) and the baseline used."""
+    v = np.array([np.nan if x is None else x for x in values], dtype=float)
+    baseline, hot = iterative_baseline(v, baseline_windows, z_threshold, ratio_threshold)
+    window_ns = int(round(window_s * 1e9))
+    episodes: list[SpikeEpisode] = []
+    for n, (a, b) in enumerate(hot_runs(hot, merge_gap), start=1):
+        seg = v[a:b]
+        k = a + int(np.nanargmax(seg))
+        base = float(baseline.median[k])
+        scale = float(baseline.scale[k])
+        excess = np.clip(seg - baseline.median[a:b], 0, None)
+        start_ns = int(starts_ns[a])
+        episodes.append(
+            SpikeEpisode(
+                episode_id=f"{percentile}#{n}",
+                percentile=percentile,
+                kind=kind,
+                start_ns=start_ns,
+                end_ns=int(starts_ns[b - 1]) + window_ns,
+                start_s=(start_ns - run_start_ns) / 1e9,
+                duration_s=(b - a) * window_s,
+                peak_ns=int(starts_ns[k]),
+                peak_ms=float(v[k]),
+                baseline_ms=base,
+                excess_ms=float(v[k] - base),
+                excess_area_ms_s=float(np.nansum(excess) * window_s),
+                peak_ratio=float(v[k] / base) if base > 0 else float("inf"),
+                peak_z=float((v[k] - base) / scale) if scale > 0 else float("inf"),
+                windows=b - a,
+            )
+        )
+    return episodes, baseline
+
+
+def baseline_windows_for(window_s: float) -> int:
+    """Odd number of windows spanning about BASELINE_SPAN_S (at least MIN_BASELINE_WINDOWS)."""
+    n = max(MIN_BASELINE_WINDOWS, int(round(BASELINE_SPAN_S / window_s)))
+    return n if n % 2 else n + 1
+
+
+def episode_mask(episode: SpikeEpisode, starts_ns: np.ndarray) -> np.ndarray:
+    """Boolean mask of the windows an episode covers."""
+    return (starts_ns >= episode.start_ns) & (starts_ns < episode.end_ns)

@@ -1,0 +1,172 @@
+"""Is the spiking periodic (a sawtooth)? Periodogram candidates, autocorrelation, phase folding.
+
+1. Candidates: peaks of the periodogram of the detrended log-percentile series
+   (log because spikes are multiplicative; detrended by the robust baseline).
+2. Confirmation: the autocorrelation at the candidate lag (best lag within
+   ±20 %) must be a clear positive peak.
+3. Refinement: the episode start times are folded on periods near the
+   candidate; the period with the highest mean resultant length wins, and a
+   Rayleigh test of the folded phases must be significant at a strict level.
+A period with fewer than MIN_CYCLES cycles in the run is rejected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+from scipy import signal
+
+from loadkit.analysis.episodes import robust_baseline
+from loadkit.analysis.model import Periodicity, SpikeEpisode
+
+MIN_CYCLES = 5.0
+MIN_EPISODES = 4
+MIN_ACF = 0.25
+# Strict: with 4 episodes even perfect alignment gives p = 0.008, so a period
+# needs at least 5 phase-locked episode starts (and 5 cycles) to pass.
+RAYLEIGH_ALPHA = 5e-3
+CANDIDATES = 3
+REFINE_SPAN = 0.2  # search ±20 % around the candidate period
+
+
+def rayleigh_test(phases: np.ndarray) -> tuple[float, float]:
+    """Mean resultant length R and the Rayleigh test p-value (Zar's approximation)."""
+    n = len(phases)
+    if n == 0:
+        return 0.0, 1.0
+    c, s = np.cos(phases).sum(), np.sin(phases).sum()
+    rn = math.hypot(c, s)
+    r = rn / n
+    p = math.exp(math.sqrt(1 + 4 * n + 4 * (n * n - rn * rn)) - (1 + 2 * n))
+    return r, min(1.0, max(0.0, p))
+
+
+def autocorrelation(x: np.ndarray) -> np.ndarray:
+    """Normalized autocorrelation for lags 0..n-1 (x already has NaNs filled)."""
+    x = x - x.mean()
+    denom = float(np.dot(x, x))
+    if denom <= 0:
+        return np.zeros(len(x))
+    full = np.correlate(x, x, mode="full")[len(x) - 1 :]
+    return full / denom
+
+
+def _detrended_log(values: Sequence[float | None]) -> np.ndarray:
+    v = np.array([np.nan if x is None else x for x in values], dtype=float)
+    v = np.where(v > 0, v, np.nan)
+    logv = np.log(v)
+    base = robust_baseline(logv, floor=1e-3).median
+    resid = logv - base
+    return np.nan_to_num(resid, nan=0.0)
+
+
+def fold_episodes(starts_s: np.ndarray, period_s: float) -> tuple[float, float, float]:
+    """Rayleigh R, p-value and circular jitter (s) of start times folded on a period."""
+    phases = 2 * np.pi * (starts_s % period_s) / period_s
+    r, p = rayleigh_test(phases)
+    jitter = math.sqrt(-2 * math.log(r)) * period_s / (2 * math.pi) if r > 0 else float("inf")
+    return r, p, jitter
+
+
+def _onsets_for(
+    values: Sequence[float | None], window_s: float, period_s: float, episode_starts: np.ndarray
+) -> np.ndarray:
+    """Spike onsets seen against a baseline about two candidate periods long.
+
+    The episodes' long baseline merges spikes that ride on a plateau (a burst
+    holding latency up) into one episode, losing cycles; a baseline that
+    follows the plateau sees each spike start. Falls back to the episode starts.
+    """
+    from loadkit.analysis.episodes import hot_runs, iterative_baseline
+
+    v = np.array([np.nan if x is None else x for x in values], dtype=float)
+    span = max(5, int(round(2 * period_s / window_s)))
+    span += 1 - span % 2
+    _, hot = iterative_baseline(v, span)
+    onsets = np.array([a * window_s for a, _ in hot_runs(hot)], dtype=float)
+    return onsets if len(onsets) >= max(MIN_EPISODES, len(episode_starts)) else episode_starts
+
+
+def detect_periodicity(
+    values: Sequence[float | None],
+    window_s: float,
+    episodes: Sequence[SpikeEpisode],
+    percentile: str,
+) -> Periodicity:
+    """Period of a percentile's spikes, or not periodic with the reason."""
+    n = len(values)
+    duration_s = n * window_s
+    starts = np.array(sorted(e.start_s for e in episodes), dtype=float)
+
+    def no(reason: str) -> Periodicity:
+        return Periodicity(
+            percentile=percentile, periodic=False, episodes_used=len(starts), reason=reason
+        )
+
+    if len(starts) < MIN_EPISODES:
+        return no(f"only {len(starts)} spike episodes (need {MIN_EPISODES} to test a period)")
+    x = _detrended_log(values)
+    if n < 2 * MIN_CYCLES or not np.any(x):
+        return no("series too short or flat for a periodogram")
+    freqs, power = signal.periodogram(x, fs=1.0 / window_s, detrend="constant", scaling="spectrum")
+    # Periods from 3 windows up to a length that still fits MIN_CYCLES cycles.
+    valid = (freqs > 0) & (freqs >= MIN_CYCLES / duration_s) & (freqs <= 1.0 / (3 * window_s))
+    if not valid.any():
+        return no(
+            f"the run ({duration_s:.0f} s) is too short for {MIN_CYCLES:.0f} cycles of any period"
+        )
+    order = np.argsort(power[valid])[::-1][:CANDIDATES]
+    candidates = [1.0 / f for f in freqs[valid][order]]
+    acf = autocorrelation(x)
+    best: Periodicity | None = None
+    reasons: list[str] = []
+    for cand in candidates:
+        lag_lo = max(2, int(math.floor(cand * (1 - REFINE_SPAN) / window_s)))
+        lag_hi = min(n - 2, int(math.ceil(cand * (1 + REFINE_SPAN) / window_s)))
+        if lag_hi < lag_lo:
+            continue
+        lags = np.arange(lag_lo, lag_hi + 1)
+        lag = int(lags[np.argmax(acf[lags])])
+        strength = float(acf[lag])
+        if strength < MIN_ACF:
+            reasons.append(f"{cand:.1f} s: autocorrelation {strength:.2f} < {MIN_ACF}")
+            continue
+        # Refine on the spike onsets: the period that folds them most tightly.
+        onsets = _onsets_for(values, window_s, cand, starts)
+        grid = np.linspace(cand * (1 - REFINE_SPAN), cand * (1 + REFINE_SPAN), 401)
+        rs = [fold_episodes(onsets, p)[0] for p in grid]
+        period = float(grid[int(np.argmax(rs))])
+        r, p_value, jitter = fold_episodes(onsets, period)
+        cycles = duration_s / period
+        result = Periodicity(
+            percentile=percentile,
+            periodic=False,
+            period_s=period,
+            jitter_s=jitter,
+            strength=strength,
+            p_value=p_value,
+            cycles=cycles,
+            episodes_used=len(onsets),
+        )
+        if cycles < MIN_CYCLES:
+            reasons.append(f"{period:.1f} s: only {cycles:.1f} cycles (need {MIN_CYCLES:.0f})")
+        elif p_value >= RAYLEIGH_ALPHA:
+            reasons.append(
+                f"{period:.1f} s: episode starts not phase-locked "
+                f"(Rayleigh p={p_value:.2g} >= {RAYLEIGH_ALPHA:g})"
+            )
+        else:
+            reason = (
+                f"periodogram peak at {cand:.1f} s, autocorrelation {strength:.2f} at "
+                f"{lag * window_s:.0f} s, {len(onsets)} spike onsets fold at {period:.1f} s "
+                f"(R={r:.2f}, Rayleigh p={p_value:.1g})"
+            )
+            confirmed = replace(result, periodic=True, reason=reason)
+            if best is None or p_value < (best.p_value or 1.0):
+                best = confirmed
+    if best is not None:
+        return best
+    return no("no candidate period confirmed: " + ("; ".join(reasons) or "none in range"))

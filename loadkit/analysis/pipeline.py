@@ -1,0 +1,511 @@
+"""`analyze_run(run, slo) -> Analysis`: the whole pipeline over one loaded run directory."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loadkit import __version__
+from loadkit.analysis import attribution as attr
+from loadkit.analysis.align import NS, WindowGrid, make_grid
+from loadkit.analysis.episodes import baseline_windows_for, find_episodes
+from loadkit.analysis.model import (
+    SCHEMA_VERSION,
+    Analysis,
+    Finding,
+    OverallStats,
+    Periodicity,
+    PhaseMark,
+    RunInfo,
+    Series,
+    SpikeEpisode,
+    TelemetryWindows,
+    Verdict,
+    WindowSeries,
+)
+from loadkit.analysis.percentiles import (
+    MIN_REQUESTS_FOR_P99,
+    WINDOW_PERCENTILES,
+    choose_window_s,
+    histograms_by_window,
+    merge,
+    nines,
+    summarize,
+    window_percentiles,
+)
+from loadkit.analysis.periodicity import detect_periodicity
+from loadkit.analysis.telemetry import (
+    align_gpu,
+    align_host,
+    align_load,
+    align_request_samples,
+    align_triton,
+    events_of,
+)
+from loadkit.analysis.verdicts import (
+    BurstPhase,
+    alerts,
+    burst_recovery,
+    resolve_slo,
+    rolling_p99,
+    saturation_knee,
+    slo_verdict,
+    soak_drift,
+)
+from loadkit.rundir import Run
+
+PRIMARY_PERCENTILES = ("p99", "p95", "p50")
+
+# Seconds at the start of a run left out of spike detection (the scenario may set warmup_s).
+DEFAULT_WARMUP_S = 8.0
+
+
+def _series(values: np.ndarray | None) -> Series | None:
+    if values is None:
+        return None
+    return tuple(None if not np.isfinite(v) else float(v) for v in np.asarray(values, dtype=float))
+
+
+def _array(values: Series) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
+def _time_bounds(run: Run) -> tuple[int, int] | None:
+    """Run start and end: the manifest's, else the data's."""
+    starts: list[int] = []
+    ends: list[int] = []
+    if run.latency_intervals:
+        starts.append(min(h.start_ns for h in run.latency_intervals))
+        ends.append(max(h.end_ns for h in run.latency_intervals))
+    load = run.load_intervals
+    if not load.empty and "t_ns" in load.columns:
+        starts.append(int(load["t_ns"].min()))
+        ends.append(int(load["t_ns"].max()) + NS)
+    start = run.start_ns or (min(starts) if starts else None)
+    end = run.manifest.get("end_ns") or (max(ends) if ends else run.end_ns)
+    if start is None or end is None or end <= start:
+        return None
+    return int(start), int(end)
+
+
+def model_config(run: Run) -> tuple[str | None, int | None, float | None]:
+    """(model name, max_batch_size, max_queue_delay in ms) from the manifest's Triton config."""
+    target = run.manifest.get("target") or {}
+    server = (run.manifest.get("environment") or {}).get("server") or {}
+    models = server.get("models") or {}
+    name = target.get("model") if isinstance(target, dict) else None
+    config: Any = models.get(name) if name in models else None
+    if config is None and len(models) == 1:
+        name, config = next(iter(models.items()))
+    if not isinstance(config, dict):
+        return name, None, None
+    max_batch = config.get("max_batch_size")
+    batching = config.get("dynamic_batching")
+    delay = None
+    if isinstance(batching, dict):
+        raw = batching.get("max_queue_delay_microseconds", 0)  # proto3 default: 0
+        try:
+            delay = float(raw) / 1000.0
+        except (TypeError, ValueError):
+            delay = None
+    try:
+        mb = int(max_batch) if max_batch is not None else None
+    except (TypeError, ValueError):
+        mb = None
+    return name, mb, delay
+
+
+def _run_info(run: Run, start: int, end: int) -> RunInfo:
+    m = run.manifest
+    scenario = m.get("scenario") or {}
+    target = m.get("target") or {}
+    gpu = (m.get("environment") or {}).get("gpu") or {}
+    simulated = gpu.get("kind") == "simulated" or any(
+        isinstance(s, dict) and s.get("simulated") for s in m.get("sources") or []
+    )
+    return RunInfo(
+        run_id=run.run_id,
+        path=str(run.path),
+        kind=str(m.get("kind", "load")),
+        status=run.status,
+        scenario=scenario.get("name") if isinstance(scenario, dict) else None,
+        target_url=target.get("url") if isinstance(target, dict) else None,
+        model=target.get("model") if isinstance(target, dict) else None,
+        start_ns=start,
+        end_ns=end,
+        duration_s=(end - start) / NS,
+        gpu_kind=str(gpu.get("kind", "none")),
+        simulated=bool(simulated),
+        loadkit_version=m.get("loadkit_version"),
+        analyzed_with=__version__,
+    )
+
+
+def _phases(
+    run: Run, start: int
+) -> tuple[list[PhaseMark], list[BurstPhase], list[tuple[int, float | None]]]:
+    events = events_of(run.events, "phase", ("burst-start", "burst-end", "step"))
+    marks: list[PhaseMark] = []
+    bursts: list[BurstPhase] = []
+    steps: list[tuple[int, float | None]] = []
+    open_burst: tuple[int, float | None] | None = None
+    for row in events.to_dict("records"):
+        t = int(row["t_ns"])
+        rate = row.get("rate")
+        rate = float(rate) if isinstance(rate, int | float) and not pd.isna(rate) else None
+        marks.append(PhaseMark(t, (t - start) / NS, str(row["name"]), rate))
+        if row["name"] == "burst-start":
+            if open_burst is not None:
+                bursts.append(BurstPhase(open_burst[0], t, open_burst[1]))
+            open_burst = (t, rate)
+        elif row["name"] == "burst-end" and open_burst is not None:
+            bursts.append(BurstPhase(open_burst[0], t, open_burst[1]))
+            open_burst = None
+        elif row["name"] == "step":
+            steps.append((t, rate))
+    if open_burst is not None:
+        bursts.append(BurstPhase(open_burst[0], None, open_burst[1]))
+    return marks, bursts, steps
+
+
+def _warmup_s(run: Run) -> float:
+    """Warm-up to leave out of spike detection: the scenario's `warmup_s`, else a default."""
+    params = ((run.manifest.get("scenario") or {}).get("params")) or {}
+    try:
+        return max(0.0, float(params.get("warmup_s", DEFAULT_WARMUP_S)))
+    except (TypeError, ValueError):
+        return DEFAULT_WARMUP_S
+
+
+def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
+    """Analyze a loaded run. `slo`: thresholds from the command line (p99_ms, errors_pct, ...)."""
+    notes: list[str] = []
+    bounds = _time_bounds(run)
+    if bounds is None:
+        from loadkit.errors import RunFormatError
+
+        raise RunFormatError(
+            f"{run.path} has no latency histograms or load counters to analyze",
+            hint="analysis needs a load run (latency/*.hlog); `loadkit watch` runs only have telemetry",
+        )
+    start, end = bounds
+    intervals = run.latency_intervals
+    grid1 = make_grid(start, end, 1.0)
+    counts_1s = [
+        0 if h is None else int(h.get_total_count())
+        for h in histograms_by_window(intervals, grid1, "corrected")
+    ]
+    window_s = choose_window_s(counts_1s)
+    grid = grid1 if window_s == 1.0 else make_grid(start, end, window_s)
+    if window_s != 1.0:
+        busy = [c for c in counts_1s if c]
+        notes.append(
+            f"windows widened to {window_s:.0f} s: a typical 1 s window held "
+            f"{int(np.median(busy)) if busy else 0} requests, too few for a P99 "
+            f"(need {MIN_REQUESTS_FOR_P99})"
+        )
+    corrected_h = histograms_by_window(intervals, grid, "corrected")
+    service_h = histograms_by_window(intervals, grid, "service")
+    corrected = window_percentiles(corrected_h, grid, "corrected")
+    service = window_percentiles(service_h, grid, "service")
+    thin = sum(1 for b in corrected.basis_s if b > window_s)
+    if thin:
+        notes.append(
+            f"{thin} window(s) had fewer than {MIN_REQUESTS_FOR_P99} requests; their percentiles "
+            f"come from the surrounding {max(corrected.basis_s):.0f} s (basis_s)"
+        )
+    if not intervals:
+        notes.append("no latency histograms: percentiles and episodes are empty")
+
+    load = align_load(run.load_intervals, grid)
+    nan = np.full(grid.n, np.nan)
+    hist_counts = np.array(corrected.latency.count, dtype=float)
+    if load is None:
+        notes.append(
+            "no load counters (load/): throughput from histograms; offered, errors and dropped unknown"
+        )
+    ok = load.ok if load is not None else hist_counts
+    errors = load.errors if load is not None else nan
+    offered = load.offered if load is not None else nan
+    dropped = load.dropped if load is not None else nan
+    in_flight = load.in_flight if load is not None else nan
+    completed = np.nan_to_num(ok) + np.nan_to_num(errors)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        error_pct = np.where(completed > 0, 100.0 * np.nan_to_num(errors) / completed, np.nan)
+        if load is None:
+            error_pct = nan
+    windows = WindowSeries(
+        window_s=window_s,
+        t_ns=tuple(int(t) for t in grid.starts_ns),
+        t_s=tuple(float(t) for t in grid.starts_s),
+        corrected=corrected.latency,
+        service=service.latency,
+        basis_s=corrected.basis_s,
+        throughput_rps=_series(ok / window_s) or (),
+        offered_rps=_series(offered / window_s) or (),
+        errors_per_s=_series(errors / window_s) or (),
+        error_pct=_series(error_pct) or (),
+        dropped_per_s=_series(dropped / window_s) or (),
+        in_flight=_series(in_flight) or (),
+    )
+
+    model, max_batch, max_delay_ms = model_config(run)
+    gpu = align_gpu(run.series("gpu"), grid) if run.has_series("gpu") else None
+    host = align_host(run.series("host"), grid) if run.has_series("host") else None
+    triton = (
+        align_triton(run.series("triton_stats"), grid, model)
+        if run.has_series("triton_stats")
+        else None
+    )
+    samples = align_request_samples(run.request_samples, grid)
+    for name, value in (("gpu", gpu), ("host", host), ("triton_stats", triton)):
+        if value is None:
+            notes.append(f"no {name} telemetry: causes that need it are not assessable")
+    resets = (host.counter_resets if host else 0) + (triton.counter_resets if triton else 0)
+    if resets:
+        notes.append(
+            f"{resets} counter reset(s) seen in telemetry (handled: rates restart from the new value)"
+        )
+    telemetry = _telemetry_windows(gpu, host, triton, samples, ok / window_s)
+
+    episodes: list[SpikeEpisode] = []
+    periodicity: list[Periodicity] = []
+    bw = baseline_windows_for(window_s)
+    warmup_s = _warmup_s(run)
+    warming_up = grid.starts_ns < start + int(warmup_s * 1e9)
+    if warmup_s > 0:
+        notes.append(
+            f"the first {warmup_s:g} s (warm-up: connections opening, model warming) are "
+            "left out of spike detection; they count in the overall numbers"
+        )
+    typical = float(np.median([c for c in corrected.latency.basis_count if c] or [0]))
+    for pct, q in WINDOW_PERCENTILES.items():
+        values = corrected.latency.percentile(pct)
+        needed = int(round(1.0 / (1.0 - q / 100.0)))  # 100 for P99, 1000 for P99.9
+        if needed > 2 and typical < needed:
+            why = (
+                f"not assessed: windows hold about {typical:.0f} requests, too few for a "
+                f"{pct.upper()} (need {needed})"
+            )
+            periodicity.append(Periodicity(percentile=pct, periodic=False, reason=why))
+            notes.append(f"{pct} spike episodes {why}")
+            continue
+        values = [None if warm else v for v, warm in zip(values, warming_up, strict=True)]
+        found, _ = find_episodes(values, grid.starts_ns, window_s, start, pct, baseline_windows=bw)
+        episodes.extend(found)
+        periodicity.append(detect_periodicity(values, window_s, found, pct))
+
+    marks, bursts, steps = _phases(run, start)
+    burst_mask = np.zeros(grid.n, dtype=bool)
+    for b in bursts:
+        burst_mask |= (grid.starts_ns >= b.start_ns) & (grid.starts_ns < (b.end_ns or grid.end_ns))
+    p99 = _array(corrected.latency.p99_ms)
+    signals = attr.Signals(
+        window_s=window_s,
+        starts_ns=grid.starts_ns,
+        p99_ms=p99,
+        service_p50_ms=_array(service.latency.p50_ms),
+        completed=completed if load is not None else hist_counts,
+        offered_rps=offered / window_s,
+        throughput_rps=ok / window_s,
+        in_flight=in_flight,
+        gpu=gpu,
+        host=host,
+        triton=triton,
+        samples=samples,
+        max_batch_size=max_batch,
+        max_queue_delay_ms=max_delay_ms,
+        burst_mask=burst_mask,
+    )
+    primary = next(
+        (p for p in PRIMARY_PERCENTILES if any(e.percentile == p for e in episodes)), "p99"
+    )
+    attribution = attr.attribute(
+        signals, [e for e in episodes if e.percentile == primary], episodes
+    )
+    episodes = [
+        replace(e, causes=tuple(attribution.causes_by_episode.get(e.episode_id, ())))
+        for e in episodes
+    ]
+
+    overall = _overall(run, grid, load, corrected_h, service_h, start, end)
+    thresholds, source = resolve_slo(slo, run.manifest.get("slo"))
+    verdict = slo_verdict(thresholds, source, overall)
+    alert_list = alerts(
+        grid.starts_ns,
+        window_s,
+        p99,
+        gpu.util_pct if gpu else None,
+        gpu.temp_c if gpu else None,
+        np.nan_to_num(offered),
+    )
+    p99_5s = rolling_p99(corrected_h, window_s)
+    recoveries = [
+        burst_recovery(
+            b,
+            grid.starts_ns,
+            window_s,
+            p99,
+            p99_5s,
+            triton.batch_size_mean if triton else None,
+            triton.queue_ms_per_request if triton else None,
+        )
+        for b in bursts
+    ]
+    knee = None
+    if steps:
+        knee = saturation_knee(
+            steps,
+            end,
+            grid.starts_ns,
+            window_s,
+            corrected_h,
+            offered / window_s,
+            ok / window_s,
+            errors / window_s,
+            in_flight,
+            thresholds.get("p99_ms", 50.0),
+            thresholds.get("errors_pct", 0.1),
+        )
+    host_mem = ((run.manifest.get("environment") or {}).get("host") or {}).get("memory_bytes")
+    soak = soak_drift(
+        grid.starts_s,
+        gpu.mem_used_bytes if gpu else None,
+        gpu.mem_total_bytes if gpu else None,
+        host.server_rss_bytes if host else None,
+        float(host_mem) if isinstance(host_mem, int | float) else None,
+        _array(corrected.latency.p50_ms),
+        window_s,
+    )
+    periodic = next((p for p in periodicity if p.percentile == primary), None)
+    notes.extend(run.warnings)
+    return Analysis(
+        schema_version=SCHEMA_VERSION,
+        run=_run_info(run, start, end),
+        window_s=window_s,
+        windows=windows,
+        telemetry=telemetry,
+        phases=tuple(marks),
+        overall=overall,
+        nines=nines(merge(corrected_h), merge(service_h)),
+        episodes=tuple(episodes),
+        periodicity=tuple(periodicity),
+        findings=tuple(attribution.findings),
+        causes_checked=tuple(attribution.checks),
+        verdict=verdict,
+        alerts=tuple(alert_list),
+        recoveries=tuple(recoveries),
+        knee=knee,
+        soak=soak,
+        headline=headline(
+            verdict,
+            attribution.findings,
+            periodic.period_s if periodic and periodic.periodic else None,
+            primary,
+        ),
+        notes=tuple(notes),
+    )
+
+
+def headline(
+    verdict: Verdict, findings: list[Finding], period_s: float | None, percentile: str
+) -> str:
+    """One sentence: verdict and the top finding."""
+    state = "PASS" if verdict.passed else "FAIL"
+    if not findings:
+        return f"{state}. No cause found for latency spikes." if not verdict.passed else f"{state}."
+    top = findings[0]
+    periodic = f" every {period_s:.0f} s" if period_s else ""
+    n = len(top.episodes)
+    scope = (
+        f"{n} {percentile.upper()} spike episode{'s' if n != 1 else ''}{periodic}"
+        if n
+        else "a standing condition"
+    )
+    return f"{state}. {top.title} ({top.confidence}) explains {scope}."
+
+
+def _overall(
+    run: Run,
+    grid: WindowGrid,
+    load: Any,
+    corrected_h: list[Any],
+    service_h: list[Any],
+    start: int,
+    end: int,
+) -> OverallStats:
+    corrected = summarize(merge(corrected_h), "corrected")
+    service = summarize(merge(service_h), "service")
+    duration = (end - start) / NS
+    if load is not None:
+        offered = int(np.nansum(load.offered))
+        ok = int(np.nansum(load.ok))
+        errors = int(np.nansum(load.errors))
+        dropped = int(np.nansum(load.dropped))
+        out_of_range = int(np.nansum(load.out_of_range))
+        kinds = load.error_kinds
+    else:
+        offered = dropped = errors = out_of_range = 0
+        ok = corrected.count
+        kinds = {}
+    completed = ok + errors
+    return OverallStats(
+        duration_s=duration,
+        offered=offered,
+        completed=completed,
+        ok=ok,
+        errors=errors,
+        dropped=dropped,
+        out_of_range=out_of_range,
+        error_pct=100.0 * errors / completed if completed else None,
+        dropped_pct=100.0 * dropped / offered if offered else None,
+        throughput_rps=ok / duration if duration > 0 else None,
+        offered_rps=offered / duration if duration > 0 and load is not None else None,
+        corrected=corrected,
+        service=service,
+        error_kinds=kinds,
+    )
+
+
+def _telemetry_windows(
+    gpu: Any, host: Any, triton: Any, samples: Any, throughput: np.ndarray
+) -> TelemetryWindows:
+    new_conn = None
+    if host is not None and host.has_tcp:
+        new_conn = host.tcp_new_connections_per_s
+    elif samples is not None:
+        new_conn = samples.new_connection_frac * throughput
+    return TelemetryWindows(
+        gpu_sm_clock_mhz=_series(gpu.sm_clock_mhz) if gpu else None,
+        gpu_sm_clock_max_mhz=_series(gpu.sm_clock_max_mhz) if gpu else None,
+        gpu_temp_c=_series(gpu.temp_c) if gpu else None,
+        gpu_power_w=_series(gpu.power_w) if gpu else None,
+        gpu_power_limit_w=_series(gpu.power_limit_w) if gpu else None,
+        gpu_util_pct=_series(gpu.util_pct) if gpu else None,
+        gpu_mem_used_bytes=_series(gpu.mem_used_bytes) if gpu else None,
+        gpu_thermal_reason=_series(gpu.thermal_reason) if gpu and gpu.has_reasons else None,
+        gpu_power_reason=_series(gpu.power_reason) if gpu and gpu.has_reasons else None,
+        cpu_core_max_pct=_series(host.cpu_core_max_pct) if host and host.has_per_core else None,
+        cpu_mean_pct=_series(host.cpu_mean_pct) if host else None,
+        cpu_psi_some_avg10=_series(host.psi_some_avg10) if host else None,
+        cgroup_throttled_pct=_series(host.cgroup_throttled_pct)
+        if host and host.has_cgroup
+        else None,
+        cgroup_throttled_ms_per_s=_series(host.cgroup_throttled_ms_per_s)
+        if host and host.has_cgroup
+        else None,
+        server_rss_bytes=_series(host.server_rss_bytes) if host else None,
+        new_connections_per_s=_series(new_conn),
+        batch_size_mean=_series(triton.batch_size_mean) if triton else None,
+        batch_size_max=_series(triton.batch_size_max) if triton else None,
+        executions_per_s=_series(triton.executions_per_s) if triton else None,
+        inferences_per_s=_series(triton.inferences_per_s) if triton else None,
+        queue_ms_per_request=_series(triton.queue_ms_per_request) if triton else None,
+        compute_ms_per_request=_series(triton.compute_ms_per_request) if triton else None,
+        compute_ms_per_execution=_series(triton.batch_compute_ms) if triton else None,
+        batch_sizes=triton.batch_sizes if triton else None,
+    )

@@ -1,0 +1,478 @@
+"""Step 1 for each source: load counters, GPU, host, Triton statistics and request samples on the grid.
+
+Every function takes a frame as the run reader gives it and returns numpy
+arrays with one value per window (NaN where the source said nothing). A source
+that is absent or lacks a field yields None for that series and a note; the
+caller states "not assessable: no <source> data" for causes that need it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from loadkit.analysis.align import (
+    NS,
+    WindowGrid,
+    counter_rate_on_grid,
+    interval_rate_on_grid,
+    interval_sum_on_grid,
+    numeric,
+    reduce_on_grid,
+)
+from loadkit.analysis.model import BatchSizeMatrix
+
+# NVML clocks-event reason bits (nvmlClocksEventReason*).
+REASON_GPU_IDLE = 0x1
+REASON_SW_POWER_CAP = 0x4
+REASON_HW_SLOWDOWN = 0x8
+REASON_SW_THERMAL = 0x20
+REASON_HW_THERMAL = 0x40
+REASON_HW_POWER_BRAKE = 0x80
+THERMAL_BITS = REASON_SW_THERMAL | REASON_HW_THERMAL
+POWER_BITS = REASON_SW_POWER_CAP | REASON_HW_POWER_BRAKE
+
+BUSY_CORE_PCT = 95.0
+IDLE_CORE_PCT = 50.0
+
+
+@dataclass
+class LoadSeries:
+    """Per-window load counters summed over processes and request names."""
+
+    offered: np.ndarray
+    ok: np.ndarray
+    errors: np.ndarray
+    dropped: np.ndarray
+    in_flight: np.ndarray
+    out_of_range: np.ndarray
+    error_kinds: dict[str, int] = field(default_factory=dict)
+
+
+def align_load(frame: pd.DataFrame, grid: WindowGrid) -> LoadSeries | None:
+    """Counts per window from `load/*.jsonl` (None when there are no load counters)."""
+    if frame.empty or "t_ns" not in frame.columns:
+        return None
+    t = frame["t_ns"].to_numpy(dtype=np.int64)
+
+    def total(column: str) -> np.ndarray:
+        values = numeric(frame, column)
+        if values is None:
+            return np.full(grid.n, np.nan)
+        return interval_sum_on_grid(grid, t, values)
+
+    in_flight = np.full(grid.n, np.nan)
+    values = numeric(frame, "in_flight")
+    if values is not None:
+        # In flight is a level: the mean per process in the window, summed over processes.
+        by_proc = frame.assign(_w=grid.index(t), _v=values)
+        by_proc = by_proc[by_proc["_w"] >= 0]
+        keys = ["_w", "process"] if "process" in by_proc.columns else ["_w"]
+        levels = by_proc.groupby(keys)["_v"].mean().groupby(level=0).sum()
+        in_flight[levels.index.to_numpy(dtype=int)] = levels.to_numpy()
+    kinds: dict[str, int] = {}
+    if "error_kinds" in frame.columns:
+        for entry in frame["error_kinds"]:
+            if isinstance(entry, dict):
+                for kind, count in entry.items():
+                    if isinstance(count, int | float):
+                        kinds[str(kind)] = kinds.get(str(kind), 0) + int(count)
+    return LoadSeries(
+        offered=total("offered"),
+        ok=total("ok"),
+        errors=total("errors"),
+        dropped=total("dropped"),
+        in_flight=in_flight,
+        out_of_range=total("out_of_range"),
+        error_kinds=kinds,
+    )
+
+
+@dataclass
+class GpuSeries:
+    sm_clock_mhz: np.ndarray
+    sm_clock_max_mhz: np.ndarray
+    clock_ratio_busy: np.ndarray  # mean clock/max over samples not flagged idle
+    temp_c: np.ndarray
+    power_w: np.ndarray
+    power_limit_w: np.ndarray
+    util_pct: np.ndarray
+    mem_used_bytes: np.ndarray
+    mem_total_bytes: float | None
+    thermal_reason: np.ndarray  # fraction of busy samples with a thermal bit
+    power_reason: np.ndarray  # fraction of busy samples with a power-cap bit
+    has_reasons: bool
+
+
+def _reason_bits(frame: pd.DataFrame) -> np.ndarray | None:
+    """The clocks-event bitmask per row, from `clocks_event_reasons` or the reason_* bools."""
+    mask = numeric(frame, "clocks_event_reasons")
+    if mask is not None:
+        return np.nan_to_num(mask, nan=0).astype(np.int64)
+    names = {
+        "reason_gpu_idle": REASON_GPU_IDLE,
+        "reason_sw_power_cap": REASON_SW_POWER_CAP,
+        "reason_hw_slowdown": REASON_HW_SLOWDOWN,
+        "reason_sw_thermal": REASON_SW_THERMAL,
+        "reason_hw_thermal": REASON_HW_THERMAL,
+        "reason_hw_power_brake": REASON_HW_POWER_BRAKE,
+    }
+    present = [n for n in names if n in frame.columns]
+    if not present:
+        return None
+    bits = np.zeros(len(frame), dtype=np.int64)
+    for name in present:
+        flag = frame[name].fillna(False).astype(bool).to_numpy()
+        bits |= np.where(flag, names[name], 0)
+    return bits
+
+
+def _gpu_column_mean(frame: pd.DataFrame, grid: WindowGrid, column: str, how: str) -> np.ndarray:
+    values = numeric(frame, column)
+    if values is None:
+        return np.full(grid.n, np.nan)
+    return reduce_on_grid(grid, frame["t_ns"].to_numpy(dtype=np.int64), values, how)
+
+
+def align_gpu(frame: pd.DataFrame, grid: WindowGrid) -> GpuSeries | None:
+    """GPU gauges per window. With several GPUs: lowest clock ratio, hottest, summed power."""
+    if frame.empty or "t_ns" not in frame.columns:
+        return None
+    if "gpu" in frame.columns and frame["gpu"].nunique(dropna=True) > 1:
+        frames = [g.reset_index(drop=True) for _, g in frame.groupby("gpu")]
+    else:
+        frames = [frame]
+    per_gpu = [_align_one_gpu(f, grid) for f in frames]
+    if len(per_gpu) == 1:
+        return per_gpu[0]
+    with np.errstate(all="ignore"):
+        worst = np.nanargmin(
+            np.nan_to_num(np.vstack([g.clock_ratio_busy for g in per_gpu]), nan=9), axis=0
+        )
+
+    def pick(name: str) -> np.ndarray:
+        stack = np.vstack([getattr(g, name) for g in per_gpu])
+        return stack[worst, np.arange(grid.n)]
+
+    def nan_reduce(name: str, fn: str) -> np.ndarray:
+        stack = np.vstack([getattr(g, name) for g in per_gpu])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows stay NaN
+            return np.asarray(getattr(np, fn)(stack, axis=0), dtype=float)
+
+    return GpuSeries(
+        sm_clock_mhz=pick("sm_clock_mhz"),
+        sm_clock_max_mhz=pick("sm_clock_max_mhz"),
+        clock_ratio_busy=pick("clock_ratio_busy"),
+        temp_c=nan_reduce("temp_c", "nanmax"),
+        power_w=nan_reduce("power_w", "nansum"),
+        power_limit_w=nan_reduce("power_limit_w", "nansum"),
+        util_pct=nan_reduce("util_pct", "nanmean"),
+        mem_used_bytes=nan_reduce("mem_used_bytes", "nanmax"),
+        mem_total_bytes=per_gpu[0].mem_total_bytes,
+        thermal_reason=nan_reduce("thermal_reason", "nanmax"),
+        power_reason=nan_reduce("power_reason", "nanmax"),
+        has_reasons=any(g.has_reasons for g in per_gpu),
+    )
+
+
+def _align_one_gpu(frame: pd.DataFrame, grid: WindowGrid) -> GpuSeries:
+    t = frame["t_ns"].to_numpy(dtype=np.int64)
+    clock = numeric(frame, "sm_clock_mhz")
+    clock_max = numeric(frame, "sm_clock_max_mhz")
+    bits = _reason_bits(frame)
+    idle = np.zeros(len(frame), dtype=bool)
+    if bits is not None:
+        idle = (bits & REASON_GPU_IDLE) != 0
+    util = numeric(frame, "util_gpu_pct")
+    if util is not None:
+        idle |= np.nan_to_num(util, nan=100.0) < 1.0  # an idle GPU parks its clocks
+    ratio = np.full(grid.n, np.nan)
+    if clock is not None and clock_max is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = np.where(clock_max > 0, clock / clock_max, np.nan)
+        r[idle] = np.nan
+        ratio = reduce_on_grid(grid, t, r, "mean")
+    thermal = np.full(grid.n, np.nan)
+    power_r = np.full(grid.n, np.nan)
+    if bits is not None:
+        busy = ~idle
+        th = np.where(busy, ((bits & THERMAL_BITS) != 0).astype(float), np.nan)
+        pw = np.where(busy, ((bits & POWER_BITS) != 0).astype(float), np.nan)
+        thermal = reduce_on_grid(grid, t, th, "mean")
+        power_r = reduce_on_grid(grid, t, pw, "mean")
+    mem_total = numeric(frame, "mem_total_bytes")
+    return GpuSeries(
+        sm_clock_mhz=_gpu_column_mean(frame, grid, "sm_clock_mhz", "mean"),
+        sm_clock_max_mhz=_gpu_column_mean(frame, grid, "sm_clock_max_mhz", "max"),
+        clock_ratio_busy=ratio,
+        temp_c=_gpu_column_mean(frame, grid, "temp_c", "max"),
+        power_w=_gpu_column_mean(frame, grid, "power_w", "mean"),
+        power_limit_w=_gpu_column_mean(frame, grid, "power_limit_w", "mean"),
+        util_pct=_gpu_column_mean(frame, grid, "util_gpu_pct", "mean"),
+        mem_used_bytes=_gpu_column_mean(frame, grid, "mem_used_bytes", "max"),
+        mem_total_bytes=float(np.nanmax(mem_total)) if mem_total is not None else None,
+        thermal_reason=thermal,
+        power_reason=power_r,
+        has_reasons=bits is not None,
+    )
+
+
+@dataclass
+class HostSeries:
+    cpu_core_max_pct: np.ndarray
+    cpu_mean_pct: np.ndarray
+    busy_core_frac: np.ndarray  # fraction of cores at >= 95 %
+    idle_cores: np.ndarray  # cores under 50 %
+    psi_some_avg10: np.ndarray
+    cgroup_throttled_pct: np.ndarray
+    cgroup_throttled_ms_per_s: np.ndarray
+    server_rss_bytes: np.ndarray
+    tcp_new_connections_per_s: np.ndarray
+    has_per_core: bool
+    has_cgroup: bool
+    has_tcp: bool
+    counter_resets: int
+
+
+def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
+    if frame.empty or "t_ns" not in frame.columns:
+        return None
+    t = frame["t_ns"].to_numpy(dtype=np.int64)
+    nan = np.full(grid.n, np.nan)
+    core_max = core_mean = busy = idle = nan
+    has_per_core = "cpu_per_core_pct" in frame.columns
+    if has_per_core:
+        rows = [
+            np.asarray(c, dtype=float) if isinstance(c, list) and c else np.array([np.nan])
+            for c in frame["cpu_per_core_pct"]
+        ]
+        with np.errstate(all="ignore"):
+            mx = np.array([np.nanmax(r) if not np.all(np.isnan(r)) else np.nan for r in rows])
+            mean = np.array([np.nanmean(r) if not np.all(np.isnan(r)) else np.nan for r in rows])
+            bf = np.array([np.mean(r >= BUSY_CORE_PCT) if r.size else np.nan for r in rows])
+            ic = np.array([float(np.sum(r < IDLE_CORE_PCT)) for r in rows])
+        ok = ~np.isnan(mx)
+        has_per_core = bool(ok.any())
+        bf[~ok] = np.nan
+        ic[~ok] = np.nan
+        core_max = reduce_on_grid(grid, t, mx, "mean")
+        core_mean = reduce_on_grid(grid, t, mean, "mean")
+        busy = reduce_on_grid(grid, t, bf, "mean")
+        idle = reduce_on_grid(grid, t, ic, "mean")
+    total = numeric(frame, "cpu_pct")
+    if total is not None and np.all(np.isnan(core_mean)):
+        core_mean = reduce_on_grid(grid, t, total, "mean")
+    psi = numeric(frame, "psi_cpu_some_avg10")
+    periods = numeric(frame, "cgroup_nr_periods")
+    throttled = numeric(frame, "cgroup_nr_throttled")
+    throttled_ns = numeric(frame, "cgroup_throttled_ns")
+    resets = 0
+    throttled_pct = throttled_ms = nan
+    has_cgroup = periods is not None and throttled is not None
+    # The server may be moved into another cgroup mid-run: its counters start over.
+    moved = None
+    if "cgroup_path" in frame.columns:
+        path = frame["cgroup_path"].astype(str)
+        moved = np.array(path != path.shift(), dtype=bool, copy=True)
+        moved[0] = False
+    if has_cgroup and periods is not None and throttled is not None:
+        p_rate, r1 = counter_rate_on_grid(grid, t, periods, moved)
+        th_rate, r2 = counter_rate_on_grid(grid, t, throttled, moved)
+        resets += max(r1, r2)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            throttled_pct = np.where(
+                p_rate > 0, 100.0 * th_rate / p_rate, np.where(p_rate == 0, 0.0, np.nan)
+            )
+    if throttled_ns is not None:
+        ns_rate, r3 = counter_rate_on_grid(grid, t, throttled_ns, moved)
+        resets = max(resets, r3)
+        throttled_ms = ns_rate / 1e6
+    rss = numeric(frame, "server_rss_bytes")
+    tcp = numeric(frame, "tcp_new_connections")
+    return HostSeries(
+        cpu_core_max_pct=core_max,
+        cpu_mean_pct=core_mean,
+        busy_core_frac=busy,
+        idle_cores=idle,
+        psi_some_avg10=reduce_on_grid(grid, t, psi, "mean") if psi is not None else nan,
+        cgroup_throttled_pct=throttled_pct,
+        cgroup_throttled_ms_per_s=throttled_ms,
+        server_rss_bytes=reduce_on_grid(grid, t, rss, "max") if rss is not None else nan,
+        tcp_new_connections_per_s=(
+            interval_sum_on_grid(grid, t - _sample_interval_ns(t), tcp) / grid.window_s
+            if tcp is not None
+            else nan
+        ),
+        has_per_core=has_per_core,
+        has_cgroup=has_cgroup,
+        has_tcp=tcp is not None,
+        counter_resets=resets,
+    )
+
+
+def _sample_interval_ns(t: np.ndarray) -> int:
+    """Typical spacing of samples: a per-interval count at t describes [t - this, t)."""
+    return int(np.median(np.diff(t))) if len(t) > 1 else 0
+
+
+@dataclass
+class TritonSeries:
+    model: str | None
+    executions_per_s: np.ndarray
+    inferences_per_s: np.ndarray
+    batch_size_mean: np.ndarray
+    batch_size_max: np.ndarray
+    batch_size_req_weighted: np.ndarray  # mean batch a request was in
+    queue_ms_per_request: np.ndarray
+    batch_compute_ms: np.ndarray  # compute of one execution (Triton charges each request the batch)
+    compute_ms_per_request: np.ndarray  # amortized: batch compute / batch size
+    batch_sizes: BatchSizeMatrix | None
+    counter_resets: int
+
+
+def _pick_model(frame: pd.DataFrame, preferred: str | None) -> tuple[pd.DataFrame, str | None]:
+    if "model" not in frame.columns:
+        return frame, preferred
+    models = frame["model"].dropna().unique().tolist()
+    if not models:
+        return frame, preferred
+    if preferred in models:
+        chosen = preferred
+    else:  # the busiest model
+        counts = frame.groupby("model").size()
+        chosen = str(counts.idxmax())
+    return frame[frame["model"] == chosen].reset_index(drop=True), chosen
+
+
+def _triton_rate(frame: pd.DataFrame, grid: WindowGrid, name: str) -> tuple[np.ndarray, int]:
+    """Rate of a Triton counter: from raw cumulative values, else from `<name>_delta`.
+
+    An interval row (`interval_ns` present) describes [t_ns, t_ns + interval_ns),
+    so its cumulative value was read at the interval's end.
+    """
+    t = frame["t_ns"].to_numpy(dtype=np.int64)
+    raw = numeric(frame, name)
+    if raw is not None:
+        interval = numeric(frame, "interval_ns")
+        read_at = t + np.nan_to_num(interval, nan=0).astype(np.int64) if interval is not None else t
+        return counter_rate_on_grid(grid, read_at, raw)
+    delta = numeric(frame, f"{name}_delta")
+    if delta is not None:
+        return interval_rate_on_grid(grid, t, delta, numeric(frame, "interval_ns")), 0
+    return np.full(grid.n, np.nan), 0
+
+
+def align_triton(frame: pd.DataFrame, grid: WindowGrid, model: str | None) -> TritonSeries | None:
+    if frame.empty or "t_ns" not in frame.columns:
+        return None
+    frame, chosen = _pick_model(frame, model)
+    execs, r1 = _triton_rate(frame, grid, "execution_count")
+    infers, r2 = _triton_rate(frame, grid, "inference_count")
+    queue_ns, r3 = _triton_rate(frame, grid, "queue_ns")
+    compute_ns, r4 = _triton_rate(frame, grid, "compute_infer_ns")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        batch_mean = np.where(execs > 0, infers / execs, np.nan)
+        queue_ms = np.where(infers > 0, queue_ns / infers / 1e6, np.nan)
+        batch_compute = np.where(infers > 0, compute_ns / infers / 1e6, np.nan)
+    matrix, batch_max, weighted = _batch_matrix(frame, grid)
+    if np.all(np.isnan(batch_mean)) and matrix is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sizes = np.array(matrix.sizes, dtype=float)
+            counts = np.array(matrix.counts, dtype=float)
+            batch_mean = np.where(counts.sum(1) > 0, counts @ sizes / counts.sum(1), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_req = np.where(weighted > 0, batch_compute / weighted, batch_compute / batch_mean)
+    return TritonSeries(
+        model=chosen,
+        executions_per_s=execs,
+        inferences_per_s=infers,
+        batch_size_mean=batch_mean,
+        batch_size_max=batch_max,
+        batch_size_req_weighted=weighted,
+        queue_ms_per_request=queue_ms,
+        batch_compute_ms=batch_compute,
+        compute_ms_per_request=per_req,
+        batch_sizes=matrix,
+        counter_resets=max(r1, r2, r3, r4),
+    )
+
+
+def _batch_matrix(
+    frame: pd.DataFrame, grid: WindowGrid
+) -> tuple[BatchSizeMatrix | None, np.ndarray, np.ndarray]:
+    nan = np.full(grid.n, np.nan)
+    if "batch_sizes" not in frame.columns:
+        return None, nan, nan
+    idx = grid.index(frame["t_ns"].to_numpy(dtype=np.int64))
+    per_window: list[dict[int, int]] = [{} for _ in range(grid.n)]
+    sizes: set[int] = set()
+    seen = np.zeros(grid.n, dtype=bool)
+    for w, entry in zip(idx, frame["batch_sizes"], strict=True):
+        if w < 0 or not isinstance(entry, dict):
+            continue
+        seen[w] = True
+        for size, count in entry.items():
+            try:
+                s, c = int(size), int(count)
+            except (TypeError, ValueError):
+                continue
+            if c <= 0:
+                continue
+            sizes.add(s)
+            per_window[w][s] = per_window[w].get(s, 0) + c
+    if not seen.any():
+        return None, nan, nan
+    ordered = sorted(sizes)
+    counts = tuple(tuple(per_window[w].get(s, 0) for s in ordered) for w in range(grid.n))
+    bmax = np.array([max(d) if d else np.nan for d in per_window], dtype=float)
+    weighted = np.full(grid.n, np.nan)
+    for w, d in enumerate(per_window):
+        items = sum(s * c for s, c in d.items())
+        if items:
+            weighted[w] = sum(s * s * c for s, c in d.items()) / items
+    bmax[~seen] = np.nan
+    return BatchSizeMatrix(tuple(ordered), counts), bmax, weighted
+
+
+@dataclass
+class RequestSampleSeries:
+    new_connection_frac: np.ndarray  # fraction of sampled requests on a new connection
+    first_request_ms: float | None  # median service time on a new connection
+    reused_request_ms: float | None  # median service time on a reused connection
+    samples: int
+
+
+def align_request_samples(frame: pd.DataFrame, grid: WindowGrid) -> RequestSampleSeries | None:
+    if frame.empty or "connection_new" not in frame.columns or "t_ns" not in frame.columns:
+        return None
+    new = frame["connection_new"].map(lambda v: 1.0 if v is True else 0.0 if v is False else np.nan)
+    frac = reduce_on_grid(grid, frame["t_ns"].to_numpy(dtype=np.int64), new.to_numpy(dtype=float))
+    first = reused = None
+    sent = numeric(frame, "sent_ns")
+    done = numeric(frame, "done_ns")
+    if sent is not None and done is not None:
+        service_ms = (done - sent) / 1e6
+        flag = new.to_numpy(dtype=float)
+        a = service_ms[(flag == 1.0) & ~np.isnan(service_ms)]
+        b = service_ms[(flag == 0.0) & ~np.isnan(service_ms)]
+        first = float(np.median(a)) if a.size else None
+        reused = float(np.median(b)) if b.size else None
+    return RequestSampleSeries(frac, first, reused, int(len(frame)))
+
+
+def events_of(frame: pd.DataFrame, kind: str, names: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """Events of one kind (optionally some names), sorted by time."""
+    if frame.empty or "kind" not in frame.columns:
+        return pd.DataFrame(columns=["t_ns", "kind", "name"])
+    out = frame[frame["kind"] == kind]
+    if names is not None and "name" in out.columns:
+        out = out[out["name"].isin(names)]
+    return out.sort_values("t_ns").reset_index(drop=True)
+
+
+def seconds(ns: float) -> float:
+    return ns / NS

@@ -1,0 +1,155 @@
+"""`loadkit analyze RUN`: latency forensics on a run directory, written to RUN/analysis.json."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from loadkit.analysis.model import Analysis, Finding
+from loadkit.analysis.pipeline import analyze_run
+from loadkit.analysis.verdicts import DEFAULT_SLO, parse_slo
+from loadkit.errors import EXIT_OK, SloFailed
+from loadkit.rundir import load_run
+from loadkit.rundir.layout import ANALYSIS_FILE
+
+HELP = "explain a run: SLO verdict, P99 spike episodes, their period and their causes"
+DESCRIPTION = f"""\
+Analyze a run directory and write {ANALYSIS_FILE} next to it.
+
+Prints the SLO verdict and the top findings, each with one line of evidence.
+Thresholds come from --slo, else the scenario's (manifest "slo"), else the
+defaults (P99 <= {DEFAULT_SLO["p99_ms"]:g} ms, errors <= {DEFAULT_SLO["errors_pct"]:g} %).
+
+exit codes: 0 analyzed (whatever the verdict), 1 SLO failed with --fail-on-slo,
+2 bad --slo, 4 unreadable run directory.
+
+example:  loadkit analyze reports/20251129-204400-burst --slo p99=50ms,errors=0.1% --fail-on-slo
+"""
+
+MAX_FINDINGS = 5
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN", help="run directory (reports/<run_id>)")
+    parser.add_argument(
+        "--slo",
+        metavar="SPEC",
+        help="thresholds, e.g. p99=50ms,p95=30ms,errors=0.1%% (overrides the scenario's)",
+    )
+    parser.add_argument(
+        "--fail-on-slo",
+        action="store_true",
+        help="exit with code 1 when the run fails its SLO (for CI launch gates)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print analysis.json to stdout instead of the summary"
+    )
+    parser.add_argument("--no-write", action="store_true", help=f"do not write RUN/{ANALYSIS_FILE}")
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
+def _evidence_line(finding: Finding) -> str:
+    stats = (
+        [f"{len(finding.episodes)}/{finding.episodes_total} episodes"] if finding.episodes else []
+    )
+    if finding.lift is not None:
+        stats.append(f"lift {finding.lift:.1f}")
+    elif finding.episodes:
+        stats.append("never in baseline")
+    if finding.p_value is not None:
+        stats.append(f"p={finding.p_value:.2g}")
+    if finding.cliffs_delta is not None:
+        stats.append(f"Cliff's d={finding.cliffs_delta:.2f}")
+    if finding.lag_s is not None:
+        stats.append(f"lag {finding.lag_s:+.0f} s")
+    if not finding.episodes:
+        stats.append(f"standing condition in {finding.coincidence:.0%} of windows")
+    return ", ".join(stats)
+
+
+def print_summary(analysis: Analysis, out: TextIO) -> None:
+    """A compact human summary: verdict, headline numbers, top findings with evidence."""
+    a = analysis
+    o = a.overall
+    w = out.write
+    w(
+        f"{a.run.run_id}  ({a.run.status}, {o.duration_s:.0f} s, {a.window_s:g} s windows"
+        f"{', simulated GPU' if a.run.gpu_kind == 'simulated' else ''})\n"
+    )
+    w(f"verdict: {a.verdict.summary}  [thresholds: {a.verdict.source}]\n")
+    w(
+        f"latency (corrected): p50 {_ms(o.corrected.p50_ms)}  p95 {_ms(o.corrected.p95_ms)}  "
+        f"p99 {_ms(o.corrected.p99_ms)}  p99.9 {_ms(o.corrected.p999_ms)}  max {_ms(o.corrected.max_ms)}\n"
+    )
+    rate = f"{o.throughput_rps:.0f} req/s" if o.throughput_rps is not None else "n/a"
+    err = f"{o.error_pct:.2f}%" if o.error_pct is not None else "n/a"
+    w(f"throughput: {rate}  requests: {o.completed}  errors: {err}  dropped: {o.dropped}\n")
+    w(f"\n{a.headline}\n")
+    p99_eps = a.episodes_for("p99")
+    period = a.periodicity_for("p99")
+    if p99_eps:
+        w(f"P99 spike episodes: {len(p99_eps)}")
+        if period is not None and period.periodic and period.period_s:
+            w(
+                f", periodic every {period.period_s:.1f} s (jitter {period.jitter_s or 0:.1f} s, "
+                f"{period.cycles or 0:.0f} cycles, p={period.p_value or 0:.1g})"
+            )
+        elif period is not None:
+            w(f", not periodic ({period.reason})")
+        w("\n")
+    if a.findings:
+        w("\nfindings:\n")
+        for i, f in enumerate(a.findings[:MAX_FINDINGS], start=1):
+            w(f" {i}. [{f.confidence}] {f.title}: {f.summary}\n")
+            w(f"    evidence: {_evidence_line(f)}\n")
+            w(f"    action: {f.action}\n")
+    for r in a.recoveries:
+        rec = (
+            f"recovered {r.recovery_s:.0f} s after it ended"
+            if r.recovered and r.recovery_s is not None
+            else "did not recover"
+        )
+        w(
+            f"burst at {(r.burst_start_ns - (a.run.start_ns or 0)) / 1e9:.0f} s: P99 peak {_ms(r.peak_p99_ms)} "
+            f"(pre-burst {_ms(r.pre_burst_p99_ms)}), {rec}"
+        )
+        if r.batch_size_mean_before is not None and r.batch_size_mean_during is not None:
+            w(f"; batch size {r.batch_size_mean_before:.1f} -> {r.batch_size_mean_during:.1f}")
+        if r.queue_ms_before is not None and r.queue_ms_during is not None:
+            w(f", queue {r.queue_ms_before:.1f} -> {r.queue_ms_during:.1f} ms")
+        w("\n")
+    if a.knee is not None:
+        w(f"saturation knee: {a.knee.reason}\n")
+    if a.soak is not None:
+        w(f"soak: {a.soak.summary}\n")
+    for alert in a.alerts:
+        w(f"alert [{alert.severity}]: {alert.message}\n")
+    unassessable = [c for c in a.causes_checked if c.status == "not_assessable"]
+    for c in unassessable:
+        w(f"note: {c.cause}: {c.reason}\n")
+    for note in a.notes:
+        w(f"note: {note}\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    slo = parse_slo(args.slo) if args.slo else None
+    run_dir = load_run(args.run_dir)
+    analysis = analyze_run(run_dir, slo=slo)
+    if not args.no_write:
+        analysis.save(run_dir.path / ANALYSIS_FILE)
+    if args.json:
+        sys.stdout.write(analysis.to_json() + "\n")
+    else:
+        print_summary(analysis, sys.stdout)
+        if not args.no_write:
+            print(f"\nwrote {run_dir.path / ANALYSIS_FILE}")
+    if args.fail_on_slo and not analysis.verdict.passed:
+        raise SloFailed(
+            f"run failed its SLO: {analysis.verdict.summary}",
+            hint="exit code 1 (--fail-on-slo); see the findings above or analysis.json",
+        )
+    return EXIT_OK

@@ -1,0 +1,230 @@
+"""`loadkit watch`: telemetry only, for investigating a live incident."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from loadkit.errors import UsageError
+from loadkit.rundir import RunWriter
+from loadkit.telemetry.gpu import GPU_CHOICES
+
+HELP = "record telemetry (GPU, host, Triton stats/metrics) from a live service"
+
+DESCRIPTION = """\
+Record telemetry from a running service for --duration, without load: GPU
+(NVML, or a simulated GPU), host CPU / cgroup throttling / PSI / TCP churn,
+Triton's statistics extension (per-interval queue and compute time and the
+batch-size distribution) and its Prometheus /metrics. Optionally send a
+low-rate probe (--probe-rate) so the run has a latency series too. Writes a
+run directory (kind "watch") that `loadkit analyze` and `loadkit report` read.
+
+Run it on the server's host to get GPU and host telemetry for the server
+(give --server-pid for its CPU and context switches).
+
+examples:
+  loadkit watch --duration 5m --triton http://127.0.0.1:8000
+  loadkit watch --duration 120 --triton http://10.0.0.5:8000 --gpu none --probe-rate 2
+  loadkit watch --duration 60 --metrics http://127.0.0.1:8080/metrics --gpu nvml
+"""
+
+
+def parse_duration(text: str) -> float:
+    """`90`, `90s`, `5m`, `1h` -> seconds."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    raw = text.strip().lower()
+    scale = units.get(raw[-1:], None)
+    number = raw[:-1] if scale else raw
+    try:
+        seconds = float(number) * (scale or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90, 90s, 5m)") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be positive: {text!r}")
+    return seconds
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duration", type=parse_duration, required=True, help="e.g. 90, 5m, 1h")
+    parser.add_argument(
+        "--triton", metavar="URL", help="Triton HTTP URL, e.g. http://127.0.0.1:8000"
+    )
+    parser.add_argument(
+        "--model",
+        action="append",
+        dest="models",
+        metavar="NAME",
+        help="model(s) for the statistics (default: all loaded models); the probe uses the first",
+    )
+    parser.add_argument(
+        "--metrics",
+        metavar="URL",
+        help="Prometheus metrics URL (default with --triton: its host, port 8002, /metrics)",
+    )
+    parser.add_argument(
+        "--metrics-pattern",
+        action="append",
+        dest="metrics_patterns",
+        metavar="GLOB",
+        help="metric names to keep (default nv_* for Triton; give '*' for another server)",
+    )
+    parser.add_argument(
+        "--gpu", choices=GPU_CHOICES, default="auto", help="GPU telemetry source (default auto)"
+    )
+    parser.add_argument(
+        "--sim-gpu-state",
+        type=Path,
+        metavar="FILE",
+        help="with --gpu sim: read an already running simulated GPU (default: start one)",
+    )
+    parser.add_argument(
+        "--cooling-fault-period",
+        type=float,
+        metavar="S",
+        help="with --gpu sim (started here): a cooling fault every S seconds",
+    )
+    parser.add_argument("--cooling-fault-duration", type=float, default=5.0, metavar="S")
+    parser.add_argument("--server-pid", type=int, metavar="PID", help="the server's process ID")
+    parser.add_argument(
+        "--probe-rate", type=float, metavar="R", help="send R probe requests per second"
+    )
+    parser.add_argument("--gpu-rate", type=float, metavar="HZ", help="GPU sampling rate (10)")
+    parser.add_argument("--host-rate", type=float, metavar="HZ", help="host sampling rate (2)")
+    parser.add_argument("--out", type=Path, default=Path("reports"), help="parent directory")
+    parser.add_argument("--run-id", help="run directory name (default: <time>-watch)")
+
+
+def _default_metrics_url(triton_url: str) -> str:
+    parts = urlsplit(triton_url if "://" in triton_url else "http://" + triton_url)
+    return f"http://{parts.hostname}:8002/metrics"
+
+
+def run(args: argparse.Namespace) -> int:
+    from loadkit.telemetry import SIM_GPU_STATE_FILE, SamplerSet, start_simulated_gpu
+    from loadkit.telemetry.probe import Prober
+
+    if not args.triton and not args.metrics and args.probe_rate:
+        raise UsageError("--probe-rate needs --triton", hint="give the server's HTTP URL")
+    if args.probe_rate is not None and args.probe_rate <= 0:
+        raise UsageError(f"--probe-rate must be positive, got {args.probe_rate}")
+    metrics_url = args.metrics or (_default_metrics_url(args.triton) if args.triton else None)
+    rates = {
+        k: v for k, v in {"gpu": args.gpu_rate, "host": args.host_rate}.items() if v is not None
+    }
+    target = (
+        {
+            "url": args.triton,
+            "protocol": "http",
+            "model": (args.models or [None])[0],
+            "embedded": False,
+        }
+        if args.triton
+        else None
+    )
+    writer = RunWriter.create(
+        out_dir=args.out,
+        run_id=args.run_id,
+        kind="watch",
+        scenario={"name": "watch", "path": None, "params": {"duration_s": args.duration}},
+        target=target,
+        environment=_environment(),
+    )
+    print(f"watching for {args.duration:g}s; run directory {writer.path}", file=sys.stderr)
+    sim: Any = None
+    prober: Any = None
+    samplers: Any = None
+    status = "aborted"
+    try:
+        sim_state = args.sim_gpu_state
+        if args.gpu == "sim" and sim_state is None:
+            sim_state = writer.path / SIM_GPU_STATE_FILE
+            sim = start_simulated_gpu(
+                sim_state,
+                args.triton,
+                model=(args.models or ["ranker"])[0],
+                run_dir=writer.path,
+                cooling_fault_period_s=args.cooling_fault_period,
+                cooling_fault_duration_s=args.cooling_fault_duration,
+            )
+            writer.add_note(
+                "GPU telemetry is simulated (driven by the watched server's compute time); "
+                "the watched server is not slowed by it"
+            )
+        samplers = SamplerSet.start(
+            writer.path,
+            gpu=args.gpu,
+            triton_url=args.triton,
+            triton_models=args.models,
+            server_pid=args.server_pid,
+            rates=rates,
+            metrics_url=metrics_url,
+            metrics_patterns=args.metrics_patterns,
+            sim_gpu_state=sim_state,
+        )
+        samplers.wait_started(15.0)
+        _record_sources(writer, samplers, sim)
+        if args.probe_rate:
+            model = (args.models or [None])[0] or _first_model(args.triton)
+            prober = Prober(writer.path, args.triton, model, args.probe_rate).start()
+        deadline = time.monotonic() + args.duration
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(1.0, left))
+        status = "complete"
+    finally:
+        if prober is not None:
+            prober.stop()
+        if samplers is not None:
+            samplers.stop()
+            _record_sources(writer, samplers, sim)
+        if sim is not None:
+            sim.stop()
+        writer.finalize(status)
+    print(f"recorded {writer.path}", file=sys.stderr)
+    print(f"next: loadkit analyze {writer.path}", file=sys.stderr)
+    return 0
+
+
+def _environment() -> dict[str, Any]:
+    try:
+        from loadkit.environment import collect_host
+
+        return {"host": collect_host()}
+    except Exception:  # noqa: BLE001 - metadata must never stop an incident recording
+        return {"host": {}}
+
+
+def _record_sources(writer: RunWriter, samplers: Any, sim: Any) -> None:
+    info = samplers.manifest_info()
+    env = dict(writer.manifest.get("environment") or {})
+    env["gpu"] = dict(info["gpu"])
+    if sim is not None:
+        env["gpu"]["simulator"] = sim.describe()
+    changes: dict[str, Any] = {"environment": env, "sources": info["sources"]}
+    if info["gpu"].get("kind") == "simulated":
+        notes = list(writer.manifest.get("notes") or [])
+        if "GPU telemetry is simulated" not in notes:
+            notes.append("GPU telemetry is simulated")
+        changes["notes"] = notes
+    writer.update(**changes)
+
+
+def _first_model(triton_url: str) -> str:
+    from loadkit.telemetry.http import HttpGetError, KeepAliveGetter
+
+    http = KeepAliveGetter(triton_url)
+    try:
+        index = http.get_json("/v2/models/stats")
+    except HttpGetError as exc:
+        raise UsageError(
+            f"cannot list models at {triton_url}: {exc}", hint="give --model NAME"
+        ) from exc
+    finally:
+        http.close()
+    names = [m.get("name") for m in index.get("model_stats") or [] if m.get("name")]
+    if not names:
+        raise UsageError(f"no models loaded at {triton_url}", hint="give --model NAME")
+    return str(names[0])

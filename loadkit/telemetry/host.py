@@ -1,0 +1,278 @@
+"""Host telemetry: CPU (per core, load, PSI), the server process tree, cgroup
+CPU throttling (v1 and v2), memory and TCP connection churn.
+
+The server's CPU is its whole process tree (Triton plus its Python backend
+stubs, where the model code runs), measured from CPU-time deltas, so there is
+no meaningless first `cpu_percent()` 0.0 in the series. The cgroup is resolved
+from `/proc/<pid>/cgroup` on every sample, because a fault injector may move
+the server into a throttled cgroup mid-run. Counters are stored raw and as
+per-interval `*_delta`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from loadkit.telemetry.base import Row, WarnOnce
+
+DEFAULT_HOST_INTERVAL_S = 0.5
+
+
+# --- pure parsers (unit-tested on real-format samples) -----------------------
+def parse_kv(text: str) -> dict[str, int]:
+    """`key value` lines (cgroup cpu.stat) -> {key: int}."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = int(parts[1])
+            except ValueError:
+                continue
+    return out
+
+
+@dataclass(frozen=True)
+class CgroupThrottle:
+    version: int
+    path: str
+    nr_periods: int | None
+    nr_throttled: int | None
+    throttled_ns: int | None
+
+
+def throttle_from_cpu_stat(text: str, version: int, path: str) -> CgroupThrottle | None:
+    """v1 has `throttled_time` (ns), v2 `throttled_usec`; None if neither is present."""
+    kv = parse_kv(text)
+    if "nr_throttled" not in kv:
+        return None
+    if "throttled_time" in kv:
+        throttled_ns = kv["throttled_time"]
+    elif "throttled_usec" in kv:
+        throttled_ns = kv["throttled_usec"] * 1000
+    else:
+        throttled_ns = None
+    return CgroupThrottle(version, path, kv.get("nr_periods"), kv["nr_throttled"], throttled_ns)
+
+
+def cpu_stat_candidates(proc_cgroup_text: str, cgroup_root: Path) -> list[tuple[int, Path]]:
+    """Where the cpu.stat of a process's cgroup may be, v1 controller first.
+
+    Handles pure v1 (`N:cpu,cpuacct:/path`), pure v2 (`0::/path` at the root)
+    and hybrid (v2 mounted at `<root>/unified`).
+    """
+    v1: list[tuple[int, Path]] = []
+    v2: list[tuple[int, Path]] = []
+    for line in proc_cgroup_text.splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        _hier, controllers, rel = parts
+        rel = rel.lstrip("/")
+        if controllers == "":
+            v2.append((2, cgroup_root / rel / "cpu.stat"))
+            v2.append((2, cgroup_root / "unified" / rel / "cpu.stat"))
+        elif "cpu" in controllers.split(","):
+            for mount in (controllers, "cpu", "cpu,cpuacct", "cpuacct,cpu"):
+                v1.append((1, cgroup_root / mount / rel / "cpu.stat"))
+    seen: set[Path] = set()
+    out = []
+    for version, path in v1 + v2:
+        if path not in seen:
+            seen.add(path)
+            out.append((version, path))
+    return out
+
+
+def parse_psi_some_avg10(text: str) -> tuple[float | None, int | None]:
+    """(`some avg10` %, `some total` µs) from /proc/pressure/cpu."""
+    for line in text.splitlines():
+        if line.startswith("some "):
+            fields = dict(item.split("=", 1) for item in line.split()[1:] if "=" in item)
+            try:
+                return float(fields["avg10"]), int(fields["total"])
+            except (KeyError, ValueError):
+                return None, None
+    return None, None
+
+
+def parse_tcp_opens(snmp_text: str) -> tuple[int, int] | None:
+    """(ActiveOpens, PassiveOpens) from /proc/net/snmp's two `Tcp:` lines."""
+    tcp = [line.split()[1:] for line in snmp_text.splitlines() if line.startswith("Tcp:")]
+    if len(tcp) < 2:
+        return None
+    table = dict(zip(tcp[0], tcp[1], strict=False))
+    try:
+        return int(table["ActiveOpens"]), int(table["PassiveOpens"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _delta(cur: int | None, prev: int | None) -> int | None:
+    if cur is None or prev is None:
+        return None
+    return cur - prev if cur >= prev else cur  # went down: reset (new cgroup, restart)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+class HostSampler:
+    """Rows for `host.jsonl` at (default) 2 Hz."""
+
+    source = "host"
+
+    def __init__(
+        self,
+        *,
+        server_pid: int | None = None,
+        proc_root: Path = Path("/proc"),
+        cgroup_root: Path = Path("/sys/fs/cgroup"),
+    ) -> None:
+        self.server_pid = server_pid
+        self.proc_root = proc_root
+        self.cgroup_root = cgroup_root
+        self._warn = WarnOnce()
+        self._prev_t_ns: int | None = None
+        self._prev: dict[str, Any] = {}
+        self._proc_times: dict[int, float] = {}
+        self._procs: dict[int, psutil.Process] = {}
+
+    def open(self) -> None:
+        psutil.cpu_percent(percpu=True)  # the first call only sets the baseline
+        if self.server_pid is not None and not psutil.pid_exists(self.server_pid):
+            self._warn.warn("nopid", f"server PID {self.server_pid} not running; no server CPU")
+
+    def close(self) -> None:
+        pass
+
+    def drain_warnings(self) -> list[str]:
+        return self._warn.drain()
+
+    def sample(self, t_ns: int) -> list[Row]:
+        row: Row = {"t_ns": t_ns}
+        per_core = psutil.cpu_percent(percpu=True)
+        row["cpu_per_core_pct"] = per_core
+        row["cpu_pct"] = round(sum(per_core) / len(per_core), 2) if per_core else None
+        row["cores"] = len(per_core)
+        try:
+            row["load1"] = os.getloadavg()[0]
+        except OSError:
+            row["load1"] = None
+        mem = psutil.virtual_memory()
+        row["mem_used_bytes"] = int(mem.used)
+        row["mem_available_bytes"] = int(mem.available)
+        elapsed_s = (t_ns - self._prev_t_ns) / 1e9 if self._prev_t_ns else None
+        self._psi(row)
+        self._server(row, elapsed_s)
+        self._cgroup(row)
+        self._tcp(row)
+        self._prev_t_ns = t_ns
+        return [row]
+
+    # --- pieces ----------------------------------------------------------
+    def _counter(self, row: Row, key: str, value: int | None) -> None:
+        row[key] = value
+        row[f"{key}_delta"] = _delta(value, self._prev.get(key))
+        self._prev[key] = value
+
+    def _psi(self, row: Row) -> None:
+        text = _read(self.proc_root / "pressure" / "cpu")
+        if text is None:
+            self._warn.warn("psi", "CPU pressure (PSI) not available on this kernel; null")
+            row["psi_cpu_some_avg10"] = None
+            self._counter(row, "psi_cpu_some_total_us", None)
+            return
+        avg10, total = parse_psi_some_avg10(text)
+        row["psi_cpu_some_avg10"] = avg10
+        self._counter(row, "psi_cpu_some_total_us", total)
+
+    def _server(self, row: Row, elapsed_s: float | None) -> None:
+        keys = ("server_cpu_pct", "server_rss_bytes", "server_threads", "server_processes")
+        for key in keys:
+            row[key] = None
+        if self.server_pid is None:
+            return
+        try:
+            root = self._procs.get(self.server_pid) or psutil.Process(self.server_pid)
+            self._procs[self.server_pid] = root
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            self._warn.warn("server_gone", f"server PID {self.server_pid} is gone; no server CPU")
+            self._counter(row, "server_ctx_vol", None)
+            self._counter(row, "server_ctx_invol", None)
+            return
+        cpu_s = 0.0
+        rss = threads = 0
+        vol = invol = 0
+        new_times: dict[int, float] = {}
+        for proc in tree:
+            proc = self._procs.setdefault(proc.pid, proc)
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    ctx = proc.num_ctx_switches()
+                    rss += proc.memory_info().rss
+                    threads += proc.num_threads()
+            except psutil.Error:
+                continue
+            total = times.user + times.system
+            # A child that appeared since the last sample counts from now on.
+            cpu_s += total - self._proc_times.get(proc.pid, total)
+            new_times[proc.pid] = total
+            vol += ctx.voluntary
+            invol += ctx.involuntary
+        self._procs = {pid: p for pid, p in self._procs.items() if pid in new_times}
+        first = not self._proc_times
+        self._proc_times = new_times
+        row["server_cpu_pct"] = (
+            None if first or not elapsed_s else round(100.0 * cpu_s / elapsed_s, 2)
+        )
+        row["server_rss_bytes"] = rss
+        row["server_threads"] = threads
+        row["server_processes"] = len(new_times)
+        self._counter(row, "server_ctx_vol", vol)
+        self._counter(row, "server_ctx_invol", invol)
+
+    def _cgroup(self, row: Row) -> None:
+        pid = self.server_pid or os.getpid()
+        text = _read(self.proc_root / str(pid) / "cgroup") or _read(
+            self.proc_root / "self" / "cgroup"
+        )
+        found: CgroupThrottle | None = None
+        for version, path in cpu_stat_candidates(text or "", self.cgroup_root):
+            stat_text = _read(path)
+            if stat_text is not None:
+                found = throttle_from_cpu_stat(stat_text, version, str(path.parent))
+                if found is not None:
+                    break
+        if found is None:
+            self._warn.warn("cgroup", "no cgroup CPU throttling counters (cpu.stat) found; null")
+        if found is not None and found.path != self._prev.get("cgroup_path"):
+            # Moved to another cgroup: its counters are a new series.
+            for key in ("cgroup_nr_periods", "cgroup_nr_throttled", "cgroup_throttled_ns"):
+                self._prev.pop(key, None)
+        row["cgroup_version"] = found.version if found else None
+        row["cgroup_path"] = found.path if found else None
+        self._prev["cgroup_path"] = row["cgroup_path"]
+        self._counter(row, "cgroup_nr_periods", found.nr_periods if found else None)
+        self._counter(row, "cgroup_nr_throttled", found.nr_throttled if found else None)
+        self._counter(row, "cgroup_throttled_ns", found.throttled_ns if found else None)
+
+    def _tcp(self, row: Row) -> None:
+        opens = parse_tcp_opens(_read(self.proc_root / "net" / "snmp") or "")
+        if opens is None:
+            self._warn.warn("tcp", "/proc/net/snmp has no Tcp counters; no connection churn")
+        self._counter(row, "tcp_active_opens", opens[0] if opens else None)
+        self._counter(row, "tcp_passive_opens", opens[1] if opens else None)
+        a, p = row["tcp_active_opens_delta"], row["tcp_passive_opens_delta"]
+        row["tcp_new_connections"] = None if a is None or p is None else a + p

@@ -1,0 +1,134 @@
+"""The body of one sampler process: build the sampler, open it, loop, close.
+
+Started by `loadkit.telemetry.supervisor` as `python -m
+loadkit.telemetry.process` (a fresh interpreter, so it never inherits gevent's
+monkey-patching or event loop, and never re-imports the parent's `__main__`).
+It reports to the parent once, as one JSON line on stdout: `ok` when the
+source is open, `unavailable` with a message when it is missing (one warning
+line; the run goes on without it). It stops on SIGTERM or when the parent
+process disappears.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadkit.rundir.layout import TELEMETRY_DIR
+from loadkit.rundir.writer import JsonlWriter, append_event
+from loadkit.telemetry.base import Sampler, SourceUnavailable
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """What to run: a sampler kind, its options, its interval; picklable."""
+
+    source: str  # file stem: telemetry/<source>.jsonl
+    kind: str  # "gpu-nvml", "gpu-sim", "host", "triton_stats", "metrics"
+    interval_s: float
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def build_sampler(spec: SamplerSpec) -> Sampler:
+    opts = spec.options
+    if spec.kind == "gpu-nvml":
+        from loadkit.telemetry.gpu import GpuSampler, load_pynvml
+
+        return GpuSampler(load_pynvml(), server_pid=opts.get("server_pid"))
+    if spec.kind == "gpu-sim":
+        from loadkit.telemetry import fake_nvml
+        from loadkit.telemetry.gpu import GpuSampler
+
+        fake_nvml.configure(opts["state_path"])
+        return GpuSampler(fake_nvml, server_pid=opts.get("server_pid"), simulated=True)
+    if spec.kind == "host":
+        from loadkit.telemetry.host import HostSampler
+
+        return HostSampler(server_pid=opts.get("server_pid"))
+    if spec.kind == "triton_stats":
+        from loadkit.telemetry.triton_stats import TritonStatsSampler
+
+        return TritonStatsSampler(opts["url"], opts.get("models"))
+    if spec.kind == "metrics":
+        from loadkit.telemetry.prom_metrics import PrometheusSampler
+
+        return PrometheusSampler(opts["url"], patterns=opts["patterns"], source=spec.source)
+    raise ValueError(f"unknown sampler kind {spec.kind!r}")
+
+
+class StopFlag:
+    """Set by SIGTERM (or the parent's death); the loop's only way to stop.
+
+    The signal handler only sets a flag (safe at any point); the loop notices
+    it after its current sleep, which is at most one interval.
+    """
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self._parent = os.getppid()
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to `timeout`; True when it is time to stop."""
+        if not self.stopping and timeout > 0:
+            time.sleep(timeout)
+        return self.stopping or os.getppid() != self._parent
+
+
+def report_status(status: str, message: str | None = None) -> None:
+    """The one line the parent reads on our stdout."""
+    sys.stdout.write(json.dumps({"status": status, "message": message}) + "\n")
+    sys.stdout.flush()
+
+
+def sampler_main(spec: SamplerSpec, run_dir: str) -> int:
+    """Body of a sampler process: open, report, loop until stopped, close."""
+    from loadkit.telemetry.loop import run_loop
+
+    stop = StopFlag()
+    stop.install()
+    logging.basicConfig(level=logging.ERROR)  # warnings are printed once by the loop
+    sampler = build_sampler(spec)
+    try:
+        sampler.open()
+    except SourceUnavailable as exc:
+        message = exc.message + (f" ({exc.hint})" if exc.hint else "")
+        print(f"WARNING: telemetry {spec.source}: {message}", file=sys.stderr, flush=True)
+        append_event(run_dir, "error", "telemetry", source=spec.source, message=message)
+        report_status("unavailable", message)
+        return 0
+    report_status("ok")
+    writer = JsonlWriter(Path(run_dir) / TELEMETRY_DIR / f"{spec.source}.jsonl")
+    try:
+        run_loop(sampler, writer, spec.interval_s, should_stop=stop.wait, run_dir=Path(run_dir))
+    finally:
+        writer.close()
+        sampler.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadkit.telemetry.process")
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--spec", required=True, help="SamplerSpec as JSON")
+    args = parser.parse_args(argv)
+    spec = SamplerSpec(**json.loads(args.spec))
+    return sampler_main(spec, args.run_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Helpers for tests, reports and benchmarks: synthetic run directories with known causes."""

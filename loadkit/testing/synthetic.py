@@ -1,0 +1,646 @@
+"""Synthetic run directories with known causes, for tests, reports and the diagnosis benchmark.
+
+`write_run(spec, out_dir)` simulates an open-model load against one Triton
+model instance behind a dynamic batcher (batches form when `max_batch_size`
+requests wait or the oldest has waited `max_queue_delay`), with injected faults
+(bursts, GPU clock drops, CPU saturation, cgroup throttling, connection churn,
+process stalls), and writes what loadkit's recorders would have written: HDR
+interval logs, load counters, request samples, GPU/host/Triton telemetry, phase
+events and ground-truth fault events, through the real writers
+(`RunWriter`, `IntervalLogWriter`, `JsonlWriter`). The simulation is a queueing
+model, not a measurement, but every number in it follows from the model, so
+the signatures the analyzer looks for appear for the reasons they appear in life.
+
+Everything is seeded: the same spec writes the same run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadkit.rundir import IntervalLogWriter, JsonlWriter, RunWriter, new_histogram
+from loadkit.rundir.layout import HDR_HIGHEST_US, LATENCY_DIR, LOAD_DIR, REQUESTS_DIR
+from loadkit.rundir.writer import append_event, write_manifest
+
+NS = 1_000_000_000
+DEFAULT_START_NS = 1_764_449_000 * NS
+
+# NVML clocks-event reason bits (nvmlClocksEventReason*).
+REASON_GPU_IDLE = 0x1
+REASON_SW_POWER_CAP = 0x4
+REASON_HW_SLOWDOWN = 0x8
+REASON_SW_THERMAL = 0x20
+REASON_HW_THERMAL = 0x40
+REASON_HW_POWER_BRAKE = 0x80
+
+
+@dataclass(frozen=True)
+class Burst:
+    """Arrival rate multiplied by `factor` between `start_s` and `end_s` (phase events)."""
+
+    start_s: float
+    end_s: float
+    factor: float = 2.0
+
+
+@dataclass(frozen=True)
+class ClockDrop:
+    """GPU SM clock divided by `factor` (compute time multiplied by it).
+
+    `kind`: "thermal" (hot, thermal reason bits), "power" (power at the limit,
+    power-cap bit) or "other" (no reason bit, e.g. a clock lock).
+    """
+
+    start_s: float
+    end_s: float
+    factor: float = 1.8
+    kind: str = "thermal"
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    """A fault active between `start_s` and `end_s`; `strength` is fault-specific."""
+
+    start_s: float
+    end_s: float
+    strength: float = 1.0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What to simulate. Times are seconds since the run start."""
+
+    duration_s: float = 90.0
+    rate_rps: float = 200.0
+    steps: tuple[tuple[float, float], ...] = ()  # (start_s, rate) load steps, phase "step"
+    seed: int = 1
+    max_batch_size: int = 8
+    max_queue_delay_us: int = 2000
+    compute_us_per_batch: float = 3000.0
+    compute_us_per_item: float = 600.0
+    compute_noise: float = 0.08  # lognormal sigma of compute time
+    bursts: tuple[Burst, ...] = ()
+    clock_drops: tuple[ClockDrop, ...] = ()
+    cpu_saturations: tuple[FaultWindow, ...] = ()  # strength: mean extra client delay, ms
+    cgroup_quotas: tuple[FaultWindow, ...] = ()  # strength: server slowdown factor - 1
+    churns: tuple[FaultWindow, ...] = ()  # strength: probability a request opens a connection
+    stalls: tuple[FaultWindow, ...] = ()  # server process stopped (SIGSTOP)
+    error_rate: float = 0.0
+    sources: tuple[str, ...] = ("gpu", "host", "triton_stats")
+    processes: int = 1  # Locust processes (each writes its own latency/load/requests files)
+    gpu_interval_s: float = 0.1
+    host_interval_s: float = 1.0
+    stats_interval_s: float = 1.0
+    telemetry_gaps: tuple[tuple[float, float], ...] = ()  # no telemetry rows in these spans
+    counter_reset_s: float | None = None  # cumulative counters restart from 0 here
+    cores: int = 8
+    slo: dict[str, Any] | None = None
+    gpu_kind: str = "simulated"
+    gpu_mem_drift_bytes_per_s: float = 0.0
+    rss_drift_bytes_per_s: float = 0.0
+    request_samples_per_s: int = 40
+    status: str = "complete"
+
+
+def periodic_clock_drops(
+    period_s: float,
+    length_s: float,
+    *,
+    first_s: float,
+    until_s: float,
+    factor: float = 1.8,
+    kind: str = "thermal",
+    jitter_s: float = 0.0,
+    seed: int = 0,
+) -> tuple[ClockDrop, ...]:
+    """Clock drops every `period_s` (± uniform jitter) lasting `length_s`."""
+    rng = np.random.default_rng(seed)
+    drops = []
+    t = first_s
+    while t + length_s <= until_s:
+        start = t + (rng.uniform(-jitter_s, jitter_s) if jitter_s else 0.0)
+        drops.append(ClockDrop(start, start + length_s, factor, kind))
+        t += period_s
+    return tuple(drops)
+
+
+def demo_spec(seed: int = 1) -> RunSpec:
+    """The demo's story: 2x burst at 40-60 s, thermal throttling every ~15 s for ~4 s (1.8x)."""
+    return RunSpec(
+        duration_s=90.0,
+        rate_rps=300.0,
+        seed=seed,
+        max_batch_size=8,
+        max_queue_delay_us=2000,
+        compute_us_per_batch=3000.0,
+        compute_us_per_item=500.0,
+        bursts=(Burst(40.0, 60.0, 2.0),),
+        clock_drops=periodic_clock_drops(
+            15.0, 4.0, first_s=8.0, until_s=90.0, factor=1.8, jitter_s=0.5, seed=seed
+        ),
+    )
+
+
+# --- simulation ------------------------------------------------------------------
+
+
+def _in_any(t: float, windows: tuple[Any, ...]) -> Any:
+    for w in windows:
+        if w.start_s <= t < w.end_s:
+            return w
+    return None
+
+
+def _rate_at(spec: RunSpec, t: float) -> float:
+    rate = spec.rate_rps
+    for start, step_rate in spec.steps:
+        if t >= start:
+            rate = step_rate
+    burst = _in_any(t, spec.bursts)
+    return rate * (burst.factor if burst else 1.0)
+
+
+@dataclass
+class Simulated:
+    """Per-request and per-batch outcome of the simulation (seconds since start)."""
+
+    intended: np.ndarray
+    sent: np.ndarray
+    done: np.ndarray
+    ok: np.ndarray
+    connection_new: np.ndarray
+    queue_s: np.ndarray
+    batch_start: np.ndarray
+    batch_end: np.ndarray
+    batch_size: np.ndarray
+    process: np.ndarray
+    batch_compute_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+def _arrivals(spec: RunSpec, rng: np.random.Generator) -> np.ndarray:
+    dt = 0.01
+    times: list[np.ndarray] = []
+    for k in range(int(round(spec.duration_s / dt))):
+        t0 = k * dt
+        n = rng.poisson(_rate_at(spec, t0 + dt / 2) * dt)
+        if n:
+            times.append(t0 + rng.uniform(0, dt, n))
+    return np.sort(np.concatenate(times)) if times else np.zeros(0)
+
+
+def _stall_end(t: float, spec: RunSpec) -> float:
+    stall = _in_any(t, spec.stalls)
+    return stall.end_s if stall else t
+
+
+def simulate(spec: RunSpec) -> Simulated:
+    """Run the queueing model: open-model arrivals, one dynamically batched model instance."""
+    rng = np.random.default_rng(spec.seed)
+    intended = _arrivals(spec, rng)
+    n = len(intended)
+    # Client side: CPU saturation delays the send and the handling of the response.
+    client_extra = np.zeros(n)
+    for i, t in enumerate(intended):
+        sat = _in_any(t, spec.cpu_saturations)
+        if sat:
+            client_extra[i] = rng.exponential(sat.strength / 1000.0)
+    conn_new = np.zeros(n, dtype=bool)
+    handshake = np.zeros(n)
+    for i, t in enumerate(intended):
+        churn = _in_any(t, spec.churns)
+        p = churn.strength if churn else 0.002
+        if rng.random() < p:
+            conn_new[i] = True
+            handshake[i] = rng.uniform(0.004, 0.012)  # TCP + HTTP/2 setup, first request slow
+    sent = intended + client_extra * 0.5
+    at_server = sent + 0.0002 + handshake
+    order = np.argsort(at_server, kind="stable")
+    arr = at_server[order].tolist()
+    delay = spec.max_queue_delay_us / 1e6
+    bmax = spec.max_batch_size
+    server_done = np.zeros(n)
+    queue_s = np.zeros(n)
+    b_start: list[float] = []
+    b_end: list[float] = []
+    b_size: list[int] = []
+    b_compute: list[float] = []
+    queue: deque[int] = deque()
+    t = 0.0
+    i = 0
+    while i < n or queue:
+        if not queue:
+            t = max(t, arr[i])
+        while i < n and arr[i] <= t:
+            queue.append(i)
+            i += 1
+        if len(queue) < bmax:
+            k = bmax - len(queue)
+            t_full = arr[i + k - 1] if i + k - 1 < n else math.inf
+            t_start = max(t, min(t_full, arr[queue[0]] + delay))
+        else:
+            t_start = t
+        t_start = _stall_end(t_start, spec)
+        while i < n and arr[i] <= t_start:
+            queue.append(i)
+            i += 1
+        size = min(bmax, len(queue))
+        batch = [queue.popleft() for _ in range(size)]
+        compute = (spec.compute_us_per_batch + spec.compute_us_per_item * size) / 1e6
+        compute *= float(rng.lognormal(0.0, spec.compute_noise))
+        drop = _in_any(t_start, spec.clock_drops)
+        if drop:
+            compute *= drop.factor
+        quota = _in_any(t_start, spec.cgroup_quotas)
+        if quota:
+            compute *= 1.0 + quota.strength * float(rng.uniform(0.5, 1.5))
+        end = t_start + compute
+        for stall in spec.stalls:  # stopped mid-batch: the batch finishes after SIGCONT
+            if t_start < stall.start_s < end:
+                end += stall.end_s - stall.start_s
+        for j in batch:
+            queue_s[order[j]] = t_start - arr[j]
+            server_done[order[j]] = end
+        b_start.append(t_start)
+        b_end.append(end)
+        b_size.append(size)
+        b_compute.append(end - t_start)
+        t = end
+    done = server_done + 0.0003 + client_extra * 0.5 + rng.exponential(0.0002, n)
+    ok = rng.random(n) >= spec.error_rate
+    process = rng.integers(0, spec.processes, n) if spec.processes > 1 else np.zeros(n, int)
+    return Simulated(
+        intended=intended,
+        sent=sent,
+        done=done,
+        ok=ok,
+        connection_new=conn_new,
+        queue_s=queue_s,
+        batch_start=np.array(b_start),
+        batch_end=np.array(b_end),
+        batch_size=np.array(b_size, dtype=int),
+        process=process,
+        batch_compute_s=np.array(b_compute),
+    )
+
+
+# --- writing ----------------------------------------------------------------------------
+
+
+def _ns(spec_start_ns: int, t: float) -> int:
+    return spec_start_ns + int(round(t * NS))
+
+
+def _in_gap(t: float, spec: RunSpec) -> bool:
+    return any(a <= t < b for a, b in spec.telemetry_gaps)
+
+
+def _model_config(spec: RunSpec) -> dict[str, Any]:
+    # As Triton's /v2/models/<m>/config returns it (64-bit ints are JSON strings).
+    return {
+        "name": "ranker",
+        "backend": "python",
+        "max_batch_size": spec.max_batch_size,
+        "dynamic_batching": {"max_queue_delay_microseconds": str(spec.max_queue_delay_us)},
+    }
+
+
+def _write_latency_and_load(
+    run_dir: Path, spec: RunSpec, sim: Simulated, start_ns: int, rng: np.random.Generator
+) -> None:
+    seconds = int(math.ceil(spec.duration_s))
+    last_second = seconds + 10  # completions after the end (a drained backlog)
+    for p in range(spec.processes):
+        name = "local" if spec.processes == 1 else f"worker-{p + 1}"
+        mine = sim.process == p
+        hlog = IntervalLogWriter(run_dir / LATENCY_DIR / f"{name}.hlog", start_ns)
+        load = JsonlWriter(run_dir / LOAD_DIR / f"{name}.jsonl")
+        samples = JsonlWriter(run_dir / REQUESTS_DIR / f"{name}.jsonl")
+        done_sec = np.floor(sim.done).astype(int)
+        int_sec = np.floor(sim.intended).astype(int)
+        for s in range(last_second):
+            lo, hi = _ns(start_ns, s), _ns(start_ns, s + 1)
+            completing = np.nonzero(mine & (done_sec == s))[0]
+            oks = completing[sim.ok[completing]]
+            corrected = new_histogram()
+            service = new_histogram()
+            out_of_range = 0
+            for j in oks:
+                c_us = int((sim.done[j] - sim.intended[j]) * 1e6)
+                s_us = int((sim.done[j] - sim.sent[j]) * 1e6)
+                if not 1 <= c_us <= HDR_HIGHEST_US:
+                    out_of_range += 1
+                    continue
+                corrected.record_value(c_us)
+                service.record_value(max(1, s_us))
+            if len(oks):
+                hlog.write("corrected:infer", lo, hi, corrected)
+                hlog.write("service:infer", lo, hi, service)
+            offered = int(np.count_nonzero(mine & (int_sec == s)))
+            if s < seconds or offered or len(completing):
+                in_flight = int(np.count_nonzero(mine & (sim.sent < s + 1) & (sim.done >= s + 1)))
+                errors = int(len(completing) - len(oks))
+                load.write(
+                    {
+                        "t_ns": lo,
+                        "interval_ns": NS,
+                        "process": name,
+                        "name": "infer",
+                        "offered": offered,
+                        "started": offered,
+                        "ok": int(len(oks)),
+                        "errors": errors,
+                        "dropped": 0,
+                        "in_flight": in_flight,
+                        "out_of_range": out_of_range,
+                        "error_kinds": {"http_503": errors} if errors else {},
+                    }
+                )
+            picked = completing
+            if len(picked) > spec.request_samples_per_s:
+                picked = rng.choice(picked, spec.request_samples_per_s, replace=False)
+            for j in sorted(picked):
+                samples.write(
+                    {
+                        "t_ns": _ns(start_ns, sim.intended[j]),
+                        "sent_ns": _ns(start_ns, sim.sent[j]),
+                        "done_ns": _ns(start_ns, sim.done[j]),
+                        "name": "infer",
+                        "ok": bool(sim.ok[j]),
+                        "error_kind": None if sim.ok[j] else "http_503",
+                        "connection_new": bool(sim.connection_new[j]),
+                    }
+                )
+        hlog.close()
+        load.close()
+        samples.close()
+
+
+def _busy_fraction(sim: Simulated, t0: float, t1: float) -> float:
+    overlap = np.clip(np.minimum(sim.batch_end, t1) - np.maximum(sim.batch_start, t0), 0, None)
+    return float(min(1.0, overlap.sum() / (t1 - t0)))
+
+
+def _write_gpu(
+    writer: RunWriter, spec: RunSpec, sim: Simulated, start_ns: int, rng: np.random.Generator
+) -> None:
+    out = writer.series("gpu")
+    max_clock = 1980.0
+    power_limit = 350.0
+    mem_total = 80 * 2**30
+    temp = 62.0
+    n = int(spec.duration_s / spec.gpu_interval_s)
+    energy = 0.0
+    for k in range(n):
+        t0 = k * spec.gpu_interval_s
+        t1 = t0 + spec.gpu_interval_s
+        busy = _busy_fraction(sim, t0, t1)
+        drop = _in_any(t0, spec.clock_drops)
+        stalled = _in_any(t0, spec.stalls) is not None
+        clock = max_clock / drop.factor if drop else max_clock
+        reasons = 0
+        power = 90.0 + 220.0 * busy * (clock / max_clock) + rng.normal(0, 4)
+        # Temperature relaxes towards a load-dependent target; a thermal drop runs hot.
+        target = 60.0 + 22.0 * busy
+        upcoming = [d for d in spec.clock_drops if d.kind == "thermal" and 0 <= d.start_s - t0 < 3]
+        if upcoming:
+            target = 90.0
+        if drop and drop.kind == "thermal":
+            target = 91.0
+            reasons |= REASON_SW_THERMAL | REASON_HW_THERMAL
+        elif drop and drop.kind == "power":
+            power = power_limit + rng.normal(0, 1.5)
+            reasons |= REASON_SW_POWER_CAP
+        temp += (target - temp) * 0.15 + rng.normal(0, 0.2)
+        if busy < 0.01 or stalled:
+            reasons |= REASON_GPU_IDLE
+            clock = 345.0  # idle clocks are not throttling
+            power = 60.0 + rng.normal(0, 2)
+        energy += power * spec.gpu_interval_s * 1000
+        if _in_gap(t0, spec):
+            continue
+        out.write(
+            {
+                "t_ns": _ns(start_ns, t0),
+                "gpu": 0,
+                "util_gpu_pct": round(100 * busy, 1),
+                "util_mem_pct": round(40 * busy, 1),
+                "mem_used_bytes": int(20 * 2**30 + spec.gpu_mem_drift_bytes_per_s * t0),
+                "mem_total_bytes": mem_total,
+                "sm_clock_mhz": round(clock),
+                "sm_clock_max_mhz": max_clock,
+                "mem_clock_mhz": 2619,
+                "mem_clock_max_mhz": 2619,
+                "temp_c": round(temp, 1),
+                "temp_slowdown_c": 90,
+                "temp_shutdown_c": 95,
+                "power_w": round(power, 1),
+                "power_limit_w": power_limit,
+                "energy_mj": int(energy),
+                "clocks_event_reasons": reasons,
+                "reason_gpu_idle": bool(reasons & REASON_GPU_IDLE),
+                "reason_sw_power_cap": bool(reasons & REASON_SW_POWER_CAP),
+                "reason_hw_slowdown": bool(reasons & REASON_HW_SLOWDOWN),
+                "reason_sw_thermal": bool(reasons & REASON_SW_THERMAL),
+                "reason_hw_thermal": bool(reasons & REASON_HW_THERMAL),
+                "reason_hw_power_brake": bool(reasons & REASON_HW_POWER_BRAKE),
+                "pcie_tx_kbps": None,
+                "pcie_rx_kbps": None,
+                "proc_mem_bytes": None,
+            }
+        )
+    out.close()
+
+
+def _write_host(
+    writer: RunWriter, spec: RunSpec, sim: Simulated, start_ns: int, rng: np.random.Generator
+) -> None:
+    out = writer.series("host")
+    periods = throttled = 0
+    throttled_ns = 0
+    psi = 0.5
+    n = int(spec.duration_s / spec.host_interval_s)
+    reset_done = False
+    for k in range(n):
+        t0 = k * spec.host_interval_s
+        sat = _in_any(t0, spec.cpu_saturations)
+        quota = _in_any(t0, spec.cgroup_quotas)
+        if sat:
+            cores = rng.uniform(96.0, 100.0, spec.cores)
+        else:
+            cores = np.clip(rng.normal(30.0, 8.0, spec.cores), 0, 100)
+        if quota:  # the container is capped; the host has idle cores
+            cores = np.clip(rng.normal(25.0, 6.0, spec.cores), 0, 100)
+        psi += ((45.0 if sat else 0.5) - psi) * 0.3
+        if spec.counter_reset_s is not None and t0 >= spec.counter_reset_s and not reset_done:
+            periods = throttled = throttled_ns = 0  # cgroup recreated: counters restart
+            reset_done = True
+        n_periods = int(round(spec.host_interval_s / 0.1))
+        periods += n_periods
+        if quota:
+            got = int(n_periods * min(1.0, 0.5 + 0.4 * quota.strength))
+            throttled += got
+            throttled_ns += int(got * 0.04 * NS)
+        # Like the host sampler: opens since the previous sample, reported at this one.
+        in_interval = (sim.intended >= t0 - spec.host_interval_s) & (sim.intended < t0)
+        new_conns = int(np.count_nonzero(sim.connection_new & in_interval))
+        if _in_gap(t0, spec):
+            continue
+        out.write(
+            {
+                "t_ns": _ns(start_ns, t0),
+                "cpu_pct": round(float(cores.mean()), 1),
+                "cpu_per_core_pct": [round(float(c), 1) for c in cores],
+                "load1": round(float(cores.sum() / 100), 2),
+                "psi_cpu_some_avg10": round(psi, 2),
+                "server_cpu_pct": round(float(cores.mean() * 1.5), 1),
+                "server_ctx_vol": None,
+                "server_ctx_invol": None,
+                "server_rss_bytes": int(3 * 2**30 + spec.rss_drift_bytes_per_s * t0),
+                "cgroup_nr_periods": periods,
+                "cgroup_nr_throttled": throttled,
+                "cgroup_throttled_ns": throttled_ns,
+                "tcp_new_connections": new_conns,
+                "mem_used_bytes": 40 * 2**30,
+            }
+        )
+    out.close()
+
+
+def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_ns: int) -> None:
+    out = writer.series("triton_stats")
+    cum = dict.fromkeys(
+        ("success_count", "execution_count", "inference_count", "queue_ns", "compute_infer_ns"), 0
+    )
+    n = int(spec.duration_s / spec.stats_interval_s)
+    reset_done = False
+    # Per-request queue time attributed to the batch start of its request.
+    for k in range(n):
+        t0 = k * spec.stats_interval_s
+        t1 = t0 + spec.stats_interval_s
+        if spec.counter_reset_s is not None and t0 >= spec.counter_reset_s and not reset_done:
+            cum = dict.fromkeys(cum, 0)  # server restarted
+            reset_done = True
+        in_b = (sim.batch_end >= t0) & (sim.batch_end < t1)
+        sizes = sim.batch_size[in_b]
+        done_here = (sim.done >= t0) & (sim.done < t1)
+        delta = {
+            "success_count": int(sizes.sum()),
+            "execution_count": int(len(sizes)),
+            "inference_count": int(sizes.sum()),
+            "queue_ns": int(sim.queue_s[done_here].sum() * NS),
+            "compute_infer_ns": int((sim.batch_compute_s[in_b] * sizes).sum() * NS),
+        }
+        for key, value in delta.items():
+            cum[key] += value
+        if _in_gap(t0, spec):
+            continue
+        uniq, counts = np.unique(sizes, return_counts=True)
+        row: dict[str, Any] = {"t_ns": _ns(start_ns, t0), "model": "ranker", "version": "1"}
+        row.update(cum)
+        row.update({"compute_input_ns": 0, "compute_output_ns": 0})
+        row.update({f"{key}_delta": value for key, value in delta.items()})
+        row["interval_ns"] = int(spec.stats_interval_s * NS)
+        row["batch_sizes"] = {str(int(s)): int(c) for s, c in zip(uniq, counts, strict=True)}
+        out.write(row)
+    out.close()
+
+
+def write_run(
+    spec: RunSpec,
+    out_dir: str | Path,
+    run_id: str = "synthetic",
+    start_ns: int = DEFAULT_START_NS,
+) -> Path:
+    """Simulate `spec` and write a complete run directory; returns its path."""
+    sim = simulate(spec)
+    rng = np.random.default_rng(spec.seed + 1000)
+    writer = RunWriter.create(
+        out_dir=out_dir,
+        run_id=run_id,
+        kind="load",
+        scenario={"name": "synthetic", "path": None, "params": {"rate_rps": spec.rate_rps}},
+        target={
+            "url": "http://127.0.0.1:8000",
+            "protocol": "http",
+            "model": "ranker",
+            "embedded": True,
+        },
+        slo=spec.slo,
+        environment={
+            "host": {"hostname": "synthetic", "cores_logical": spec.cores},
+            "gpu": {
+                "kind": spec.gpu_kind,
+                "devices": [{"index": 0, "name": "Simulated GPU", "max_sm_clock_mhz": 1980}],
+            },
+            "server": {
+                "name": "triton",
+                "version": "2.51.0",
+                "extensions": [],
+                "models": {"ranker": _model_config(spec)},
+            },
+        },
+        command_line=["synthetic"],
+    )
+    path = writer.path
+    # RunWriter stamps "now"; a synthetic run lives at `start_ns` instead.
+    (path / "events.jsonl").unlink()
+    writer.manifest["start_ns"] = start_ns
+    write_manifest(path, writer.manifest)
+    append_event(path, "phase", "run-start", t_ns=start_ns)
+    for start, rate in spec.steps:
+        append_event(path, "phase", "step", t_ns=_ns(start_ns, start), rate=rate)
+    for burst in spec.bursts:
+        rate = spec.rate_rps * burst.factor
+        append_event(path, "phase", "burst-start", t_ns=_ns(start_ns, burst.start_s), rate=rate)
+        append_event(path, "phase", "burst-end", t_ns=_ns(start_ns, burst.end_s))
+    faults: list[tuple[str, Any]] = [(f"{d.kind}-throttle", d) for d in spec.clock_drops]
+    faults += [("cpu-burn", w) for w in spec.cpu_saturations]
+    faults += [("cgroup-quota", w) for w in spec.cgroup_quotas]
+    faults += [("churn", w) for w in spec.churns]
+    faults += [("stall", w) for w in spec.stalls]
+    for name, w in faults:
+        append_event(path, "fault", name, t_ns=_ns(start_ns, w.start_s), action="start")
+        append_event(path, "fault", name, t_ns=_ns(start_ns, w.end_s), action="end")
+    _write_latency_and_load(path, spec, sim, start_ns, rng)
+    sources = []
+    if "gpu" in spec.sources:
+        _write_gpu(writer, spec, sim, start_ns, rng)
+        sources.append({"name": "gpu", "file": "telemetry/gpu.jsonl"})
+    if "host" in spec.sources:
+        _write_host(writer, spec, sim, start_ns, rng)
+        sources.append({"name": "host", "file": "telemetry/host.jsonl"})
+    if "triton_stats" in spec.sources:
+        _write_triton_stats(writer, spec, sim, start_ns)
+        sources.append({"name": "triton_stats", "file": "telemetry/triton_stats.jsonl"})
+    for source in sources:
+        interval = spec.gpu_interval_s if source["name"] == "gpu" else spec.host_interval_s
+        writer.manifest["sources"].append(
+            {**source, "interval_s": interval, "simulated": True, "warning": None}
+        )
+    if spec.gpu_kind == "simulated":
+        writer.manifest["notes"].append("GPU telemetry is simulated (synthetic run)")
+    end_ns = _ns(start_ns, spec.duration_s)
+    if spec.status != "running":
+        append_event(path, "phase", "run-end", t_ns=end_ns, status=spec.status)
+        writer.manifest.update(status=spec.status, end_ns=end_ns)
+    write_manifest(path, writer.manifest)
+    return path
+
+
+__all__ = [
+    "Burst",
+    "ClockDrop",
+    "FaultWindow",
+    "RunSpec",
+    "Simulated",
+    "demo_spec",
+    "periodic_clock_drops",
+    "simulate",
+    "write_run",
+]

@@ -1,0 +1,88 @@
+import numpy as np
+
+from loadkit.analysis.align import NS
+from loadkit.analysis.episodes import (
+    MIN_SCALE_MS,
+    find_episodes,
+    hot_runs,
+    robust_baseline,
+)
+
+T0 = 1_700_000_000 * NS
+
+
+def _find(values, **kw):
+    starts = T0 + np.arange(len(values), dtype=np.int64) * NS
+    return find_episodes(list(values), starts, 1.0, T0, "p99", **kw)
+
+
+def test_flat_series_with_mad_zero_has_a_finite_scale_and_no_episodes():
+    values = [10.0] * 120
+    baseline = robust_baseline(np.array(values))
+    assert np.all(baseline.scale >= MIN_SCALE_MS) and np.all(np.isfinite(baseline.scale))
+    assert baseline.scale[0] == 0.5  # 5 % of the median wins over MAD = 0
+    episodes, _ = _find(values)
+    assert episodes == []
+
+
+def test_flat_series_with_one_spike_finds_it_with_start_peak_and_excess():
+    values = [10.0] * 120
+    values[50:53] = [25.0, 40.0, 22.0]
+    (ep,), _ = _find(values)
+    assert ep.episode_id == "p99#1" and ep.start_s == 50.0 and ep.duration_s == 3.0
+    assert ep.peak_ms == 40.0 and ep.baseline_ms == 10.0 and ep.excess_ms == 30.0
+    assert ep.excess_area_ms_s == 15.0 + 30.0 + 12.0
+    assert ep.peak_ns == T0 + 51 * NS and ep.end_ns == T0 + 53 * NS
+
+
+def test_small_bumps_in_noise_are_not_episodes():
+    rng = np.random.default_rng(3)
+    values = 10 + rng.normal(0, 0.5, 300)
+    episodes, _ = _find(values)
+    assert episodes == []
+
+
+def test_gaps_and_short_dips_merge_into_one_episode():
+    values = [10.0] * 100
+    values[40:43] = [30.0] * 3
+    values[43] = np.nan  # no data in one window
+    values[44:46] = [30.0] * 2
+    (ep,), _ = _find(values)
+    assert ep.start_s == 40.0 and ep.windows == 6
+
+
+def test_separate_episodes_stay_separate():
+    values = [10.0] * 100
+    values[20:22] = [30.0, 30.0]
+    values[60:62] = [30.0, 30.0]
+    episodes, _ = _find(values)
+    assert [e.start_s for e in episodes] == [20.0, 60.0]
+    assert [e.episode_id for e in episodes] == ["p99#1", "p99#2"]
+
+
+def test_episode_edges_extend_to_where_the_rise_began():
+    values = [10.0] * 100
+    values[30:35] = [12.5, 30.0, 30.0, 30.0, 12.5]  # shoulders at 1.25x
+    (ep,), _ = _find(values)
+    assert ep.start_s == 30.0 and ep.duration_s == 5.0
+
+
+def test_long_elevation_and_frequent_spikes_do_not_lift_the_baseline():
+    # A 22 s plateau plus 4-of-15 s spikes fill about half of every 61 s window.
+    values = np.full(120, 10.0)
+    values[30:52] = 200.0
+    for start in range(5, 120, 15):
+        values[start : start + 4] = np.maximum(values[start : start + 4], 20.0)
+    episodes, baseline = _find(values)
+    assert baseline.median[40] < 12.0
+    starts = [e.start_s for e in episodes]
+    assert 30.0 in starts or any(
+        s <= 30 < s + e.duration_s for s, e in zip(starts, episodes, strict=True)
+    )
+    assert len(episodes) >= 6
+
+
+def test_hot_runs_merge_gap():
+    hot = np.array([1, 1, 0, 1, 0, 0, 1], dtype=bool)
+    assert hot_runs(hot, merge_gap=1) == [(0, 4), (6, 7)]
+    assert hot_runs(hot, merge_gap=0) == [(0, 2), (3, 4), (6, 7)]

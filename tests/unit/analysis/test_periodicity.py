@@ -1,0 +1,65 @@
+import numpy as np
+
+from loadkit.analysis.align import NS
+from loadkit.analysis.episodes import find_episodes
+from loadkit.analysis.periodicity import detect_periodicity, rayleigh_test
+
+T0 = 1_700_000_000 * NS
+
+
+def _sawtooth(n, period, length, jitter=0.0, seed=0, noise=0.3):
+    rng = np.random.default_rng(seed)
+    values = 10 + rng.normal(0, noise, n)
+    t = 5.0
+    while t + length < n:
+        s = int(round(t + rng.uniform(-jitter, jitter)))
+        values[s : s + length] = 22 + rng.normal(0, 1, len(values[s : s + length]))
+        t += period
+    return values
+
+
+def _detect(values):
+    starts = T0 + np.arange(len(values), dtype=np.int64) * NS
+    episodes, _ = find_episodes(list(values), starts, 1.0, T0, "p99")
+    return detect_periodicity(list(values), 1.0, episodes, "p99"), episodes
+
+
+def test_rayleigh_uniform_phases_are_not_significant_and_locked_phases_are():
+    r, p = rayleigh_test(np.linspace(0, 2 * np.pi, 12, endpoint=False))
+    assert r < 1e-9 and p > 0.5
+    r, p = rayleigh_test(np.full(8, 1.0))
+    assert r == 1.0 and p < 1e-3
+
+
+def test_sawtooth_period_is_found_with_jitter_strength_and_cycles():
+    result, episodes = _detect(_sawtooth(150, 15, 4, jitter=0.5, seed=1))
+    assert result.periodic, result.reason
+    assert abs(result.period_s - 15.0) < 0.6
+    assert result.jitter_s is not None and result.jitter_s < 1.5
+    assert result.strength is not None and result.strength > 0.3
+    assert result.cycles is not None and result.cycles >= 9
+    assert result.p_value is not None and result.p_value < 0.005
+    assert result.episodes_used == len(episodes)
+
+
+def test_random_spikes_are_not_periodic():
+    rng = np.random.default_rng(7)
+    values = 10 + rng.normal(0, 0.3, 150)
+    for s in sorted(rng.choice(np.arange(5, 145), 8, replace=False)):
+        values[s : s + 2] = 25.0
+    result, _ = _detect(values)
+    assert not result.periodic
+    assert result.reason
+
+
+def test_fewer_than_five_cycles_is_rejected():
+    result, episodes = _detect(_sawtooth(70, 20, 4, seed=2))  # 3.5 cycles
+    assert len(episodes) >= 3
+    assert not result.periodic
+
+
+def test_too_few_episodes_says_so():
+    values = np.full(100, 10.0)
+    values[50:52] = 30.0
+    result, _ = _detect(values)
+    assert not result.periodic and "spike episodes" in result.reason

@@ -1,0 +1,81 @@
+"""End to end: synthetic run directory -> reader -> analyze_run -> analysis.json / CLI."""
+
+import json
+
+import pytest
+
+from loadkit.analysis import analyze_run
+from loadkit.cli import main
+from loadkit.errors import EXIT_SLO_FAILED
+from loadkit.rundir import load_run
+from loadkit.testing.synthetic import RunSpec, demo_spec, write_run
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_demo_story_thermal_sawtooth_burst_and_recovery(analyze_spec, seed):
+    a = analyze_spec(demo_spec(seed), "demo")
+    # Periodic P99 spikes, attributed to thermal throttling, with their period.
+    period = a.periodicity_for("p99")
+    assert period is not None and period.periodic, period
+    assert abs(period.period_s - 15.0) < 1.0 and period.cycles >= 5
+    top = a.findings[0]
+    assert top.cause == "gpu_clock_thermal" and top.confidence == "strong"
+    assert "every 15 s" in a.headline and "thermal" in a.headline
+    # The 2x burst: bigger batches and longer queue, and how long P99 took to settle.
+    (burst,) = a.recoveries
+    assert burst.batch_size_mean_during > 1.5 * burst.batch_size_mean_before
+    assert burst.queue_ms_during > burst.queue_ms_before
+    assert burst.recovered and burst.recovery_s is not None and burst.recovery_s < 15
+    assert [m.name for m in a.phases] == ["burst-start", "burst-end"]
+    assert a.window_s == 1.0 and a.run.gpu_kind == "simulated" and a.run.simulated
+
+
+def test_thin_run_widens_to_five_second_windows_and_says_so(analyze_spec):
+    a = analyze_spec(RunSpec(rate_rps=40, duration_s=120), "thin")
+    assert a.window_s == 5.0 and len(a.windows.t_ns) == 24
+    assert any("widened to 5 s" in n for n in a.notes)
+    assert a.episodes_for("p999") == ()
+    assert "not assessed" in a.periodicity_for("p999").reason
+
+
+def test_counter_resets_and_telemetry_gaps_do_not_make_spikes(analyze_spec):
+    a = analyze_spec(
+        RunSpec(rate_rps=200, counter_reset_s=45, telemetry_gaps=((50, 55),)), "resets"
+    )
+    assert a.findings == ()
+    assert any("counter reset" in n for n in a.notes)
+    queue = a.telemetry.queue_ms_per_request
+    assert all(q is None or 0 < q < 10 for q in queue)  # a reset never turns into a negative rate
+    assert queue[52] is None  # the gap stays a gap
+    assert a.telemetry.gpu_temp_c[52] is None
+
+
+def test_killed_run_is_analyzed_with_a_note(tmp_path):
+    path = write_run(RunSpec(rate_rps=200, duration_s=30, status="running"), tmp_path, "killed")
+    a = analyze_run(load_run(path))
+    assert a.run.status == "running"
+    assert any("did not finish" in n for n in a.notes)
+    assert a.overall.completed > 0
+
+
+def test_cli_writes_analysis_json_and_gates_on_slo(tmp_path, capsys):
+    path = write_run(RunSpec(rate_rps=200, duration_s=30), tmp_path, "cli")
+    assert main(["analyze", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: PASS" in out and "analysis.json" in out
+    data = json.loads((path / "analysis.json").read_text())
+    assert data["schema_version"] == 1 and data["verdict"]["passed"] is True
+    assert main(["analyze", str(path), "--slo", "p99=1ms", "--fail-on-slo"]) == EXIT_SLO_FAILED
+    err = capsys.readouterr().err
+    assert "ERROR: run failed its SLO" in err
+    assert main(["analyze", str(path), "--slo", "p99=1ms"]) == 0  # without the flag: report only
+    capsys.readouterr()
+    assert main(["analyze", str(path), "--json", "--no-write"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["run_id"] == "cli"
+    assert main(["analyze", str(path), "--slo", "p99=fast"]) == 2
+    assert main(["analyze", str(tmp_path / "missing")]) == 4
+
+
+def test_scenario_slo_in_manifest_is_used(analyze_spec):
+    a = analyze_spec(RunSpec(rate_rps=200, duration_s=30, slo={"p99_ms": 1.0}), "slo")
+    assert not a.verdict.passed and a.verdict.source == "scenario+default"

@@ -1,0 +1,134 @@
+"""Host sampler: cgroup v1/v2/hybrid resolution, PSI, TCP churn, process tree CPU."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from loadkit.telemetry.host import (
+    HostSampler,
+    cpu_stat_candidates,
+    parse_psi_some_avg10,
+    parse_tcp_opens,
+    throttle_from_cpu_stat,
+)
+
+T = 1_764_449_000_000_000_000
+
+V1_CPU_STAT = (
+    "nr_periods 1200\nnr_throttled 340\nthrottled_time 8812345678\nnr_bursts 0\nburst_time 0\n"
+)
+V2_CPU_STAT = (
+    "usage_usec 93812345\nuser_usec 70000000\nsystem_usec 23812345\n"
+    "nr_periods 500\nnr_throttled 20\nthrottled_usec 1500000\nnr_bursts 0\nburst_usec 0\n"
+)
+PSI = "some avg10=12.50 avg60=3.10 avg300=0.80 total=2733274\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+SNMP = (
+    "Ip: Forwarding DefaultTTL InReceives\nIp: 1 64 1000\n"
+    "Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets "
+    "CurrEstab InSegs OutSegs RetransSegs InErrs OutRsts InCsumErrors\n"
+    "Tcp: 1 200 120000 -1 297 55 225 0 0 18905 14047 0 0 241 0\n"
+)
+HYBRID_CGROUP = "9:name=systemd:/\n4:memory:/\n2:cpuacct:/\n1:cpu:/loadkit-quota\n0::/\n"
+
+
+def test_cpu_stat_v1_and_v2() -> None:
+    v1 = throttle_from_cpu_stat(V1_CPU_STAT, 1, "/x")
+    assert v1 is not None and (v1.nr_periods, v1.nr_throttled, v1.throttled_ns) == (
+        1200,
+        340,
+        8812345678,
+    )
+    v2 = throttle_from_cpu_stat(V2_CPU_STAT, 2, "/y")
+    assert v2 is not None and v2.throttled_ns == 1_500_000_000
+    # A v2 cpu.stat without the cpu controller has only usage: no throttle counters.
+    assert throttle_from_cpu_stat("usage_usec 1\nuser_usec 1\nsystem_usec 0\n", 2, "/z") is None
+
+
+def test_cgroup_candidates_prefer_the_v1_cpu_controller(tmp_path: Path) -> None:
+    paths = cpu_stat_candidates(HYBRID_CGROUP, tmp_path)
+    assert paths[0] == (1, tmp_path / "cpu" / "loadkit-quota" / "cpu.stat")
+    assert (2, tmp_path / "unified" / "cpu.stat") in paths
+    pure_v2 = cpu_stat_candidates("0::/system.slice/triton.service\n", tmp_path)
+    assert pure_v2[0] == (2, tmp_path / "system.slice" / "triton.service" / "cpu.stat")
+
+
+def test_psi_and_tcp_parsers() -> None:
+    assert parse_psi_some_avg10(PSI) == (12.5, 2733274)
+    assert parse_psi_some_avg10("") == (None, None)
+    assert parse_tcp_opens(SNMP) == (297, 55)
+    assert parse_tcp_opens("Ip: a\nIp: 1\n") is None
+
+
+def fake_system(root: Path, cpu_stat: str, snmp: str = SNMP) -> tuple[Path, Path]:
+    proc, cg = root / "proc", root / "cgroup"
+    (proc / "net").mkdir(parents=True)
+    (proc / "pressure").mkdir()
+    (proc / str(os.getpid())).mkdir()
+    (proc / str(os.getpid()) / "cgroup").write_text(HYBRID_CGROUP)
+    (proc / "pressure" / "cpu").write_text(PSI)
+    (proc / "net" / "snmp").write_text(snmp)
+    (cg / "cpu" / "loadkit-quota").mkdir(parents=True)
+    (cg / "cpu" / "loadkit-quota" / "cpu.stat").write_text(cpu_stat)
+    return proc, cg
+
+
+def test_sampler_deltas_from_a_fake_proc_and_cgroup_tree(tmp_path: Path) -> None:
+    proc, cg = fake_system(tmp_path, V1_CPU_STAT)
+    sampler = HostSampler(server_pid=os.getpid(), proc_root=proc, cgroup_root=cg)
+    sampler.open()
+    (first,) = sampler.sample(T)
+    assert first["cgroup_version"] == 1 and first["cgroup_nr_throttled"] == 340
+    assert first["cgroup_nr_throttled_delta"] is None  # no previous sample
+    assert first["psi_cpu_some_avg10"] == 12.5
+    (cg / "cpu" / "loadkit-quota" / "cpu.stat").write_text(
+        "nr_periods 1300\nnr_throttled 390\nthrottled_time 9812345678\n"
+    )
+    (proc / "net" / "snmp").write_text(SNMP.replace(" 297 55 ", " 307 60 "))
+    sum(i * i for i in range(200_000))  # burn a little CPU in the "server"
+    (second,) = sampler.sample(T + 500_000_000)
+    assert second["cgroup_nr_periods_delta"] == 100
+    assert second["cgroup_nr_throttled_delta"] == 50
+    assert second["cgroup_throttled_ns_delta"] == 1_000_000_000
+    assert second["tcp_new_connections"] == 15
+    assert second["server_cpu_pct"] is not None and second["server_cpu_pct"] > 0
+    assert second["server_ctx_vol_delta"] is not None
+    assert len(second["cpu_per_core_pct"]) == second["cores"] >= 1
+
+
+def test_moving_to_another_cgroup_starts_a_new_counter_series(tmp_path: Path) -> None:
+    proc, cg = fake_system(tmp_path, V1_CPU_STAT)
+    sampler = HostSampler(server_pid=os.getpid(), proc_root=proc, cgroup_root=cg)
+    sampler.open()
+    sampler.sample(T)
+    (cg / "cpu" / "other").mkdir()
+    (cg / "cpu" / "other" / "cpu.stat").write_text(
+        "nr_periods 5\nnr_throttled 1\nthrottled_time 7\n"
+    )
+    (proc / str(os.getpid()) / "cgroup").write_text(HYBRID_CGROUP.replace("loadkit-quota", "other"))
+    (row,) = sampler.sample(T + 1)
+    assert row["cgroup_path"].endswith("other") and row["cgroup_nr_throttled_delta"] is None
+
+
+def test_missing_sources_are_null_with_one_warning_each(tmp_path: Path) -> None:
+    (tmp_path / "proc").mkdir()
+    sampler = HostSampler(server_pid=None, proc_root=tmp_path / "proc", cgroup_root=tmp_path)
+    sampler.open()
+    rows = [sampler.sample(T + i)[0] for i in range(2)]
+    assert all(r["psi_cpu_some_avg10"] is None and r["cgroup_nr_throttled"] is None for r in rows)
+    assert rows[1]["tcp_new_connections"] is None and rows[1]["server_cpu_pct"] is None
+    warnings = sampler.drain_warnings()
+    assert len(warnings) == 3  # PSI, cgroup, TCP: once each
+    assert sampler.drain_warnings() == []
+
+
+@pytest.mark.skipif(not Path("/proc/net/snmp").exists(), reason="needs Linux /proc")
+def test_on_this_machine() -> None:
+    sampler = HostSampler(server_pid=os.getpid())
+    sampler.open()
+    sampler.sample(T)
+    (row,) = sampler.sample(T + 500_000_000)
+    assert row["tcp_active_opens"] is not None and row["mem_used_bytes"] > 0
+    assert row["server_processes"] >= 1
