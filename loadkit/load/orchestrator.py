@@ -1,0 +1,429 @@
+"""`loadkit run` as a Python function: run directory, samplers, Locust processes, stop.
+
+The orchestrator is a plain Python process: it never imports Locust or
+gevent (scenario files are described in a child, see `describe.py`), so
+monkey-patching never reaches it or the samplers it starts. Locust runs as
+child processes in their own session, headless: one local process, or a
+master plus N workers (`--workers N`), each writing its own files into the
+run directory (`LOADKIT_RUN_DIR`).
+
+Ctrl-C (SIGINT) stops the Locust processes gracefully (we forward SIGINT:
+requests in flight finish, up to the request timeout), marks the run `aborted` and keeps
+everything recorded; a second Ctrl-C kills them at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from loadkit.errors import LoadkitError, UsageError
+from loadkit.load.describe import describe_scenario
+from loadkit.load.progress import LiveRunReader, Progress, ProgressPrinter
+from loadkit.load.scenario import (
+    ENV_DURATION,
+    ENV_PARAMS,
+    ENV_PROCESS,
+    ENV_RUN_DIR,
+    ENV_SEED,
+    ENV_WORKER_COUNT,
+    ENV_WORKER_INDEX,
+)
+from loadkit.rundir import RunWriter
+
+LOGS_DIR = "logs"
+_POLL_S = 0.25
+_START_GRACE_S = 30.0  # Locust import + worker connection + user spawn
+_KILL_GRACE_S = 3.0
+
+
+@dataclass
+class TelemetryOptions:
+    """What the samplers should watch; `gpu="none"` and no URLs still samples the host."""
+
+    enabled: bool = True
+    gpu: str = "auto"  # auto | nvml | sim | none
+    triton_url: str | None = None  # statistics API base URL (http://host:port)
+    metrics_url: str | None = None  # Prometheus /metrics URL
+    server_pid: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # passed through to SamplerSet.start
+
+
+def _free_port() -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _host_environment() -> dict[str, Any]:
+    try:
+        from loadkit.environment import collect_host
+
+        return {"host": collect_host()}
+    except Exception:  # the lead's module may be missing or fail on odd hosts
+        return {"host": {}}
+
+
+def _merge_manifest(writer: RunWriter, extra: Mapping[str, Any]) -> None:
+    """Merge `extra` into the manifest: dicts one level deep, lists extended."""
+    changes: dict[str, Any] = {}
+    for key, value in extra.items():
+        current = writer.manifest.get(key)
+        if isinstance(current, dict) and isinstance(value, Mapping):
+            changes[key] = {**current, **value}
+        elif isinstance(current, list) and isinstance(value, list):
+            changes[key] = current + value
+        else:
+            changes[key] = value
+    writer.update(**changes)
+
+
+# --------------------------------------------------------------------- telemetry hook
+class _Telemetry:
+    """Optional samplers from `loadkit.telemetry.supervisor`; absent module = no samplers."""
+
+    def __init__(self, options: TelemetryOptions | None):
+        self.options = options
+        self.samplers: Any = None
+
+    def start(self, writer: RunWriter) -> None:
+        if self.options is None or not self.options.enabled:
+            return
+        try:
+            from loadkit.telemetry.supervisor import SamplerSet
+        except ImportError as exc:
+            writer.add_note(f"telemetry not recorded: {exc}")
+            return
+        o = self.options
+        self.samplers = SamplerSet.start(
+            writer.path,
+            gpu=o.gpu,
+            triton_url=o.triton_url,
+            metrics_url=o.metrics_url,
+            server_pid=o.server_pid,
+            **o.extra,
+        )
+        info: dict[str, Any] = getattr(self.samplers, "manifest_info", dict)()
+        if info:
+            env = dict(writer.manifest.get("environment") or {})
+            if "gpu" in info:
+                env["gpu"] = info["gpu"]
+            writer.update(environment=env, sources=info.get("sources", []))
+
+    def stop(self, writer: RunWriter) -> None:
+        if self.samplers is None:
+            return
+        self.samplers.stop()
+        info: dict[str, Any] = getattr(self.samplers, "manifest_info", dict)()
+        if info.get("sources"):
+            writer.update(sources=info["sources"])
+        self.samplers = None
+
+
+# --------------------------------------------------------------------- Locust processes
+@dataclass
+class LocustProcesses:
+    """The Locust child processes of one run (local, or master + workers)."""
+
+    procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    logs: list[IO[bytes]] = field(default_factory=list)
+
+    @classmethod
+    def launch(
+        cls,
+        scenario_path: Path,
+        target_url: str,
+        run_dir: Path,
+        *,
+        workers: int,
+        env: dict[str, str],
+    ) -> LocustProcesses:
+        base = [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(scenario_path),
+            "--host",
+            target_url,
+            "--exit-code-on-error",
+            "0",
+            "--loglevel",
+            "WARNING",
+        ]
+        headless = ["--headless", "--only-summary"]
+        self = cls()
+        (run_dir / LOGS_DIR).mkdir(exist_ok=True)
+        if workers <= 0:
+            self._spawn("local", base + headless, run_dir, {**env, ENV_PROCESS: "local"})
+            return self
+        port = _free_port()
+        master_args = [
+            "--master",
+            "--expect-workers",
+            str(workers),
+            "--expect-workers-max-wait",
+            str(int(_START_GRACE_S)),
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(port),
+        ]
+        self._spawn("master", base + headless + master_args, run_dir, env)
+        for i in range(workers):
+            worker_env = {**env, ENV_WORKER_INDEX: str(i), ENV_WORKER_COUNT: str(workers)}
+            worker_args = ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+            self._spawn(f"worker-{i}", base + worker_args, run_dir, worker_env)
+        return self
+
+    def _spawn(self, role: str, argv: list[str], run_dir: Path, env: dict[str, str]) -> None:
+        log = open(run_dir / LOGS_DIR / f"locust-{role}.log", "ab")  # noqa: SIM115
+        self.logs.append(log)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,  # Ctrl-C reaches us only; we stop them in order
+        )
+        self.procs.append((role, proc))
+
+    @property
+    def main(self) -> subprocess.Popen[bytes]:
+        return self.procs[0][1]
+
+    def running(self) -> bool:
+        return any(p.poll() is None for _, p in self.procs)
+
+    def signal_all(self, sig: int) -> None:
+        for _, proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.kill(proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def wait_all(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        for _, proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                return False
+        return True
+
+    def stop(self, grace_s: float, on_wait: Callable[[], None] | None = None) -> None:
+        """SIGINT (graceful Locust shutdown), then SIGKILL after `grace_s`.
+
+        SIGINT, not SIGTERM: a headless Locust running a shape class waits for
+        the shape in a way that only KeyboardInterrupt leaves gracefully (its
+        SIGTERM handler is installed after that wait, so SIGTERM kills it).
+        """
+        self.signal_all(signal.SIGINT)
+        deadline = time.monotonic() + grace_s
+        try:
+            while self.running() and time.monotonic() < deadline:
+                if on_wait is not None:
+                    on_wait()
+                time.sleep(_POLL_S)
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C: kill now
+        self.signal_all(signal.SIGKILL)
+        self.wait_all(_KILL_GRACE_S)
+
+    def close_logs(self) -> None:
+        for log in self.logs:
+            log.close()
+
+    def failure(self, run_dir: Path) -> str | None:
+        """One line about a Locust process that failed, with the tail of its log."""
+        for role, proc in self.procs:
+            if proc.returncode not in (0, None, -signal.SIGINT, -signal.SIGTERM):
+                path = run_dir / LOGS_DIR / f"locust-{role}.log"
+                try:
+                    tail = path.read_text(errors="replace").strip().splitlines()[-1:]
+                except OSError:
+                    tail = []
+                last = tail[0] if tail else "no output"
+                return f"locust {role} exited with status {proc.returncode}: {last}"
+        return None
+
+
+# --------------------------------------------------------------------- the run
+class _StopSignals:
+    """SIGINT and SIGTERM raise KeyboardInterrupt while a run is in progress.
+
+    Installed explicitly because a process started in the background by a
+    non-interactive shell inherits SIGINT as ignored; restored afterwards.
+    """
+
+    def __init__(self) -> None:
+        self._saved: dict[int, Any] = {}
+
+    def _raise(self, signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._saved[sig] = signal.signal(sig, self._raise)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+        self._saved.clear()
+
+
+def run_scenario(
+    scenario_path: str | os.PathLike[str],
+    target_url: str,
+    *,
+    duration_s: float | None = None,
+    workers: int = 0,
+    seed: int = 0,
+    out_dir: str | os.PathLike[str] = "reports",
+    params: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    show_progress: bool = False,
+    extra_manifest: Mapping[str, Any] | None = None,
+    before_start: Callable[[RunWriter], None] | None = None,
+    telemetry: TelemetryOptions | None = None,
+    command_line: list[str] | None = None,
+) -> Path:
+    """Run one scenario against `target_url`; return the run directory.
+
+    The manifest ends `complete`, or `aborted` when interrupted (Ctrl-C /
+    KeyboardInterrupt: this function then returns normally, data kept) or when
+    Locust failed (then a LoadkitError is raised after finalizing).
+    """
+    scenario_path = Path(scenario_path)
+    if workers < 0:
+        raise UsageError(f"--workers must be >= 0, got {workers}")
+    overrides = {k: v for k, v in (params or {}).items()}
+    info = describe_scenario(scenario_path, overrides, duration_s)
+    resolved_params: dict[str, Any] = info["params"]
+    writer = RunWriter.create(
+        out_dir=out_dir,
+        run_id=run_id,
+        kind="load",
+        scenario={
+            "name": info["name"],
+            "path": str(scenario_path),
+            "params": resolved_params,
+            "model": info["model"],
+            "shape": info["shape"],
+            "duration_s": info["duration_s"],
+            "peak_rate": info["peak_rate"],
+            "users": info["users"],
+            "seed": seed,
+            "workers": workers,
+            "worker_split": "every N-th arrival (worker i takes arrivals k with k % N == i)",
+        },
+        target={
+            "url": target_url,
+            "protocol": resolved_params.get("protocol"),
+            "model": resolved_params.get("model"),
+            "embedded": False,
+        },
+        slo=info.get("slo"),
+        environment=_host_environment(),
+        command_line=command_line,
+    )
+    if extra_manifest:
+        _merge_manifest(writer, extra_manifest)
+    run_dir = writer.path
+    telemetry_hook = _Telemetry(telemetry)
+    procs: LocustProcesses | None = None
+    status = "complete"
+    failure: str | None = None
+    printer = ProgressPrinter() if show_progress else None
+    reader = LiveRunReader(run_dir)
+    total_s = float(info["duration_s"])
+    started = time.monotonic()
+
+    def report_progress() -> None:
+        if on_progress is None and printer is None:
+            return
+        progress = reader.progress(time.monotonic() - started, total_s)
+        if on_progress is not None:
+            on_progress(progress)
+        if printer is not None:
+            printer.show(progress)
+
+    stop_signals = _StopSignals().__enter__()
+    try:
+        if before_start is not None:
+            before_start(writer)
+        telemetry_hook.start(writer)
+        env = {
+            ENV_RUN_DIR: str(run_dir.resolve()),
+            ENV_PARAMS: json.dumps(overrides),
+            ENV_SEED: str(seed),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if duration_s is not None:
+            env[ENV_DURATION] = str(duration_s)
+        procs = LocustProcesses.launch(scenario_path, target_url, run_dir, workers=workers, env=env)
+        started = time.monotonic()
+        # The run is bounded: duration + start-up + graceful stop.
+        deadline = started + total_s + _START_GRACE_S + float(resolved_params["timeout_s"]) + 30
+        last_report = 0.0
+        while procs.main.poll() is None:
+            now = time.monotonic()
+            if now - last_report >= 1.0:
+                report_progress()
+                last_report = now
+            if now > deadline:
+                failure = f"Locust did not finish within {deadline - started:.0f} s; stopped it"
+                break
+            time.sleep(_POLL_S)
+        if failure is None:
+            failure = procs.failure(run_dir)
+        # The master exits first; its workers follow after their graceful stop.
+        if not procs.wait_all(float(resolved_params["timeout_s"]) + 5):
+            procs.stop(_KILL_GRACE_S)
+    except KeyboardInterrupt:
+        status = "aborted"
+        if printer is not None:
+            printer.finish()
+        print(
+            "Stopping: requests in flight may finish (Ctrl-C again to kill); data is kept.",
+            file=sys.stderr,
+        )
+        if procs is not None:
+            procs.stop(float(resolved_params["timeout_s"]) + 2)
+        writer.event("note", "interrupted", message="run stopped by SIGINT (Ctrl-C)")
+    finally:
+        if procs is not None and procs.running():
+            procs.stop(_KILL_GRACE_S)
+        if procs is not None:
+            procs.close_logs()
+        try:
+            telemetry_hook.stop(writer)
+        finally:
+            if failure is not None:
+                status = "aborted"
+                writer.add_note(failure)
+                writer.event("error", "locust", source="locust", message=failure)
+            if printer is not None:
+                report_progress()
+                printer.finish()
+            writer.finalize(status)
+            stop_signals.__exit__()
+    if failure is not None:
+        raise LoadkitError(failure, hint=f"see {run_dir / LOGS_DIR}/ for the Locust logs")
+    return run_dir

@@ -1,0 +1,275 @@
+"""Per-process latency recording into the run directory (docs/run-format.md).
+
+Each Locust process owns one `LatencyRecorder`. Completions go into 1 s
+intervals aligned to wall-clock seconds (so intervals from several workers
+line up and merge exactly), by completion time; per interval and request
+name it keeps a corrected histogram (from the intended send time), a service
+histogram (from the actual send), load counters and a bounded request
+sample. `tick()` writes every interval that has ended; `close()` writes the
+rest, so a stopped run loses nothing it recorded.
+
+Only successful requests enter the latency histograms; failures are counted
+by kind in `load/<process>.jsonl`. No gevent or Locust here: the clock is
+injected, so tests drive it by hand.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+from loadkit.rundir import IntervalLogWriter, JsonlWriter, new_histogram
+from loadkit.rundir.layout import LATENCY_DIR, LOAD_DIR, REQUESTS_DIR
+
+INTERVAL_NS = 1_000_000_000
+DEFAULT_SAMPLE_SIZE = 200  # uniform reservoir per interval per request name
+DEFAULT_SLOWEST_KEPT = 5  # plus the slowest requests of each interval, for drill-down
+
+
+@dataclass
+class _Sample:
+    intended_ns: int
+    sent_ns: int
+    done_ns: int
+    name: str
+    ok: bool
+    error_kind: str | None
+    connection_new: bool
+
+    def row(self, why: str) -> dict[str, Any]:
+        return {
+            "t_ns": self.intended_ns,
+            "sent_ns": self.sent_ns,
+            "done_ns": self.done_ns,
+            "name": self.name,
+            "ok": self.ok,
+            "error_kind": self.error_kind,
+            "connection_new": self.connection_new,
+            "sampled": why,
+        }
+
+
+@dataclass
+class _NameInterval:
+    """Counters and sample of one request name in one interval."""
+
+    offered: int = 0
+    started: int = 0
+    ok: int = 0
+    errors: int = 0
+    dropped: int = 0
+    out_of_range: int = 0
+    error_kinds: Counter[str] = field(default_factory=Counter)
+    dispatch_lag_max_ns: int = 0
+    seen: int = 0
+    reservoir: list[_Sample] = field(default_factory=list)
+    slowest: list[tuple[int, int, _Sample]] = field(default_factory=list)  # min-heap
+
+
+class LatencyRecorder:
+    """Collects one process's requests and writes them per interval."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        process: str,
+        *,
+        clock_ns: Callable[[], int] = time.time_ns,
+        sample_size: int = DEFAULT_SAMPLE_SIZE,
+        slowest_kept: int = DEFAULT_SLOWEST_KEPT,
+        seed: int = 0,
+    ):
+        self.run_dir = Path(run_dir)
+        self.process = process
+        self._clock_ns = clock_ns
+        self._sample_size = sample_size
+        self._slowest_kept = slowest_kept
+        self._rng = random.Random(f"{seed}:{process}")
+        self._hlog: IntervalLogWriter | None = None
+        self._load = JsonlWriter(self.run_dir / LOAD_DIR / f"{process}.jsonl")
+        self._requests = JsonlWriter(self.run_dir / REQUESTS_DIR / f"{process}.jsonl")
+        # interval index -> name -> counters; histograms are per name, reused.
+        self._intervals: dict[int, dict[str, _NameInterval]] = {}
+        self._hists: dict[tuple[int, str, str], HdrHistogram] = {}
+        self._names: list[str] = []
+        self._first_open: int | None = None  # lowest interval index not yet written
+        self._seq = 0
+        self.in_flight = 0
+        self.closed = False
+        self.totals: Counter[str] = Counter()
+
+    # --- recording ------------------------------------------------------
+    def _bucket(self, t_ns: int) -> int:
+        index = t_ns // INTERVAL_NS
+        if self._first_open is None:
+            self._first_open = index
+        # Something for an interval already written goes into the oldest open one.
+        return max(index, self._first_open)
+
+    def _slot(self, name: str, t_ns: int) -> tuple[int, _NameInterval]:
+        index = self._bucket(t_ns)
+        if name not in self._names:
+            self._names.append(name)
+        by_name = self._intervals.setdefault(index, {})
+        if name not in by_name:
+            by_name[name] = _NameInterval()
+        return index, by_name[name]
+
+    def _hist(self, index: int, kind: str, name: str) -> HdrHistogram:
+        key = (index, kind, name)
+        if key not in self._hists:
+            self._hists[key] = new_histogram()
+        return self._hists[key]
+
+    def offered(self, name: str, intended_ns: int, dispatch_lag_ns: int = 0) -> None:
+        """An arrival was scheduled (open model) at its intended time."""
+        _, slot = self._slot(name, intended_ns)
+        slot.offered += 1
+        slot.dispatch_lag_max_ns = max(slot.dispatch_lag_max_ns, dispatch_lag_ns)
+        self.totals["offered"] += 1
+
+    def dropped(self, name: str, now_ns: int | None = None) -> None:
+        """An arrival found no free user within the bound and was never sent."""
+        _, slot = self._slot(name, self._clock_ns() if now_ns is None else now_ns)
+        slot.dropped += 1
+        self.totals["dropped"] += 1
+
+    def started(self, name: str, sent_ns: int, closed_model: bool = False) -> None:
+        _, slot = self._slot(name, sent_ns)
+        slot.started += 1
+        if closed_model:  # the closed model offers what it starts
+            slot.offered += 1
+            self.totals["offered"] += 1
+        self.in_flight += 1
+        self.totals["started"] += 1
+
+    def completed(
+        self,
+        name: str,
+        *,
+        intended_ns: int,
+        sent_ns: int,
+        done_ns: int,
+        ok: bool,
+        error_kind: str | None = None,
+        connection_new: bool = False,
+    ) -> None:
+        """A request finished (successfully or not); call once per `started`."""
+        self.in_flight = max(0, self.in_flight - 1)
+        index, slot = self._slot(name, done_ns)
+        if ok:
+            slot.ok += 1
+            self.totals["ok"] += 1
+            corrected_us = max(1, (done_ns - intended_ns) // 1000)
+            service_us = max(1, (done_ns - sent_ns) // 1000)
+            in_range = self._hist(index, "corrected", name).record_value(corrected_us)
+            in_range &= self._hist(index, "service", name).record_value(service_us)
+            if not in_range:
+                slot.out_of_range += 1
+                self.totals["out_of_range"] += 1
+        else:
+            kind = error_kind or "other"
+            slot.errors += 1
+            slot.error_kinds[kind] += 1
+            self.totals["errors"] += 1
+        sample = _Sample(intended_ns, sent_ns, done_ns, name, ok, error_kind, connection_new)
+        self._sample(slot, sample)
+
+    def _sample(self, slot: _NameInterval, sample: _Sample) -> None:
+        slot.seen += 1
+        if len(slot.reservoir) < self._sample_size:
+            slot.reservoir.append(sample)
+        else:
+            j = self._rng.randrange(slot.seen)
+            if j < self._sample_size:
+                slot.reservoir[j] = sample
+        if self._slowest_kept:
+            self._seq += 1
+            entry = (sample.done_ns - sample.intended_ns, self._seq, sample)
+            if len(slot.slowest) < self._slowest_kept:
+                heapq.heappush(slot.slowest, entry)
+            elif entry[0] > slot.slowest[0][0]:
+                heapq.heapreplace(slot.slowest, entry)
+
+    # --- writing --------------------------------------------------------
+    def tick(self, now_ns: int | None = None) -> None:
+        """Write every interval that ended before `now_ns`, then flush."""
+        now_ns = self._clock_ns() if now_ns is None else now_ns
+        current = now_ns // INTERVAL_NS
+        while self._first_open is not None and self._first_open < current:
+            self._write_interval(self._first_open, INTERVAL_NS)
+            self._first_open += 1
+        self.flush()
+
+    def close(self, now_ns: int | None = None) -> None:
+        """Write all intervals, the current one as a partial interval; idempotent."""
+        if self.closed:
+            return
+        now_ns = self._clock_ns() if now_ns is None else now_ns
+        self.tick(now_ns)
+        last = max(self._intervals, default=None)
+        while self._first_open is not None and last is not None and self._first_open <= last:
+            start = self._first_open * INTERVAL_NS
+            length = min(INTERVAL_NS, max(1, now_ns - start))
+            self._write_interval(self._first_open, length)
+            self._first_open += 1
+        self.closed = True
+        self._load.close()
+        self._requests.close()
+        if self._hlog is not None:
+            self._hlog.close()
+
+    def flush(self) -> None:
+        self._load.flush()
+        self._requests.flush()
+        if self._hlog is not None:
+            self._hlog.flush()
+
+    def _hlog_writer(self, base_ns: int) -> IntervalLogWriter:
+        if self._hlog is None:
+            self._hlog = IntervalLogWriter(
+                self.run_dir / LATENCY_DIR / f"{self.process}.hlog", base_time_ns=base_ns
+            )
+        return self._hlog
+
+    def _write_interval(self, index: int, length_ns: int) -> None:
+        by_name = self._intervals.pop(index, {})
+        start_ns = index * INTERVAL_NS
+        for name in self._names:
+            slot = by_name.get(name) or _NameInterval()
+            self._load.write(
+                {
+                    "t_ns": start_ns,
+                    "interval_ns": length_ns,
+                    "process": self.process,
+                    "name": name,
+                    "offered": slot.offered,
+                    "started": slot.started,
+                    "ok": slot.ok,
+                    "errors": slot.errors,
+                    "dropped": slot.dropped,
+                    "in_flight": self.in_flight,
+                    "out_of_range": slot.out_of_range,
+                    "error_kinds": dict(slot.error_kinds),
+                    "dispatch_lag_max_ms": round(slot.dispatch_lag_max_ns / 1e6, 3),
+                }
+            )
+            for kind in ("corrected", "service"):
+                hist = self._hists.pop((index, kind, name), None)
+                if hist is not None and hist.get_total_count() > 0:
+                    writer = self._hlog_writer(start_ns)
+                    writer.write(f"{kind}:{name}", start_ns, start_ns + length_ns, hist)
+            kept = {id(s) for s in slot.reservoir}
+            for sample in slot.reservoir:
+                self._requests.write(sample.row("reservoir"))
+            for _, _, sample in sorted(slot.slowest, key=lambda e: e[1]):
+                if id(sample) not in kept:
+                    self._requests.write(sample.row("slowest"))

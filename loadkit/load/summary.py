@@ -1,0 +1,88 @@
+"""The few lines `loadkit run` prints at the end: totals and whole-run percentiles.
+
+Percentiles come from merging the run's HDR interval histograms (never from
+averaging per-interval percentiles). The full analysis is `loadkit analyze`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadkit.rundir import load_run, new_histogram
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_dir: Path
+    status: str
+    offered: int
+    ok: int
+    errors: int
+    dropped: int
+    seconds: int  # intervals with load rows
+    corrected_ms: dict[str, float] = field(default_factory=dict)  # p50, p99, p99.9, max
+    service_ms: dict[str, float] = field(default_factory=dict)
+    error_kinds: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def achieved_per_s(self) -> float:
+        return (self.ok + self.errors) / self.seconds if self.seconds else 0.0
+
+    def text(self) -> str:
+        def fmt(p: dict[str, float]) -> str:
+            if not p:
+                return "-"
+            return "  ".join(f"{k} {v:.1f}" for k, v in p.items()) + " ms"
+
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.error_kinds.items())) or "none"
+        return "\n".join(
+            [
+                f"run {self.run_dir} ({self.status})",
+                f"  requests  {self.ok} ok, {self.errors} errors ({kinds}), "
+                f"{self.dropped} dropped of {self.offered} offered",
+                f"  rate      {self.achieved_per_s:.1f}/s achieved over {self.seconds} s",
+                f"  corrected {fmt(self.corrected_ms)}",
+                f"  service   {fmt(self.service_ms)}",
+                f"next: loadkit analyze {self.run_dir}",
+            ]
+        )
+
+
+def summarize_run(run_dir: str | Path) -> RunSummary:
+    run = load_run(run_dir)
+    load = run.load_intervals
+    totals = {k: 0 for k in ("offered", "ok", "errors", "dropped")}
+    kinds: dict[str, int] = {}
+    seconds = 0
+    if len(load):
+        for key in totals:
+            if key in load.columns:
+                totals[key] = int(load[key].fillna(0).sum())
+        seconds = int(load["t_ns"].nunique())
+        if "error_kinds" in load.columns:
+            for value in load["error_kinds"]:
+                for kind, count in (value or {}).items():
+                    kinds[kind] = kinds.get(kind, 0) + int(count)
+    merged = {"corrected": new_histogram(), "service": new_histogram()}
+    for interval in run.latency_intervals:
+        if interval.kind in merged:
+            merged[interval.kind].add(interval.histogram)
+
+    def percentiles(kind: str) -> dict[str, float]:
+        h = merged[kind]
+        if h.get_total_count() == 0:
+            return {}
+        out = {f"p{p:g}": h.get_value_at_percentile(p) / 1000.0 for p in (50.0, 99.0, 99.9)}
+        out["max"] = h.get_max_value() / 1000.0
+        return out
+
+    return RunSummary(
+        run_dir=Path(run_dir),
+        status=run.status,
+        seconds=seconds,
+        corrected_ms=percentiles("corrected"),
+        service_ms=percentiles("service"),
+        error_kinds=kinds,
+        **totals,
+    )

@@ -1,0 +1,152 @@
+"""Locust users that send inference requests and record them the loadkit way.
+
+Subclass one in a scenario file (`class Ranker(InferenceUser): pass`).
+`InferenceUser` picks its transport from the scenario's `protocol`
+parameter; `TritonHttpUser`, `TritonGrpcUser` and `JsonHttpUser` fix it.
+
+Open model: each user takes scheduled arrivals from the process's
+dispatcher; closed model: each user sends back to back (after `wait_time`).
+Every request is timed from its intended send time (corrected) and from its
+actual send (service), classified on failure, and reported to Locust's own
+stats too (service time) so the web UI keeps working. A request killed when
+a run stops is recorded as `cancelled`, never as a success.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gevent import GreenletExit
+from locust import User, constant, task
+from locust.user.users import LOCUST_STATE_STOPPING
+
+from loadkit.load.failures import CANCELLED, classify_failure
+from loadkit.load.payloads import CandidateBatches
+from loadkit.load.runtime import LoadRuntime, get_runtime
+from loadkit.load.transports import JsonBody, Transport, make_transport
+
+_TAKE_TIMEOUT_S = 0.1
+
+
+class InferenceUser(User):
+    """One Locust user = one client (one connection unless `churn`)."""
+
+    abstract = True
+    wait_time = constant(0)
+    protocol: str | None = None  # None: the scenario's `protocol` parameter
+    json_body: JsonBody | None = None  # body builder for protocol=json (default KServe v2)
+
+    _runtime: LoadRuntime
+    _transport: Transport
+    _payloads: CandidateBatches
+
+    def on_start(self) -> None:
+        runtime = get_runtime(self.environment)
+        params = runtime.resolved.params
+        protocol = self.protocol or str(params["protocol"])
+        self._runtime = runtime
+        self._name = runtime.scenario.request_name
+        self._protocol = protocol
+        self._churn = bool(params["churn"])
+        body = type(self).json_body
+        self._transport = make_transport(
+            protocol,
+            self.host or "",
+            str(params["model"]),
+            timeout_s=float(params["timeout_s"]),
+            churn=self._churn,
+            json_path=str(params["json_path"]),
+            json_body=body,
+        )
+        self._transport.connect()
+        stream = runtime.register_user()
+        self._payloads = CandidateBatches(int(params["candidates"]), runtime.seed, stream)
+
+    def on_stop(self) -> None:
+        transport = getattr(self, "_transport", None)
+        if transport is not None:
+            transport.close()
+
+    @task
+    def serve(self) -> None:
+        runtime = self._runtime
+        if not runtime.is_open:
+            self.send_one(None, None)
+            return
+        dispatcher = runtime.dispatcher
+        while dispatcher is not None:
+            arrival = dispatcher.take(_TAKE_TIMEOUT_S)
+            if arrival is not None:
+                self.send_one(arrival.intended_mono, arrival.intended_ns)
+                return
+            if self._state == LOCUST_STATE_STOPPING or dispatcher.finished:
+                return
+        time.sleep(_TAKE_TIMEOUT_S)  # patched by gevent: cooperative
+
+    def send_one(self, intended_mono: float | None, intended_ns: int | None) -> None:
+        """Send one request and record it; `None` intended time means "now" (closed model)."""
+        recorder = self._runtime.get_recorder()
+        item_ids, user_features = self._payloads.next()
+        sent_mono = time.monotonic()
+        if intended_mono is None or intended_ns is None:
+            intended_mono, intended_ns = sent_mono, time.time_ns()
+        sent_ns = intended_ns + round((sent_mono - intended_mono) * 1e9)
+        recorder.started(self._name, sent_ns, closed_model=not self._runtime.is_open)
+        error: BaseException | None = None
+        connection_new = self._churn
+        try:
+            connection_new = self._transport.infer(item_ids, user_features)
+        except GreenletExit:
+            self._record(recorder, intended_mono, intended_ns, sent_mono, CANCELLED, connection_new)
+            raise
+        except Exception as exc:  # every failure is classified and counted
+            error = exc
+        kind = classify_failure(error) if error is not None else None
+        done_mono = self._record(
+            recorder, intended_mono, intended_ns, sent_mono, kind, connection_new
+        )
+        self.environment.events.request.fire(
+            request_type=self._protocol.upper(),
+            name=self._name,
+            response_time=(done_mono - sent_mono) * 1000.0,
+            response_length=0,
+            exception=error,
+            context={},
+        )
+
+    def _record(
+        self,
+        recorder: Any,
+        intended_mono: float,
+        intended_ns: int,
+        sent_mono: float,
+        error_kind: str | None,
+        connection_new: bool,
+    ) -> float:
+        done_mono = time.monotonic()
+        recorder.completed(
+            self._name,
+            intended_ns=intended_ns,
+            sent_ns=intended_ns + round((sent_mono - intended_mono) * 1e9),
+            done_ns=intended_ns + round((done_mono - intended_mono) * 1e9),
+            ok=error_kind is None,
+            error_kind=error_kind,
+            connection_new=connection_new,
+        )
+        return done_mono
+
+
+class TritonHttpUser(InferenceUser):
+    abstract = True
+    protocol = "http"
+
+
+class TritonGrpcUser(InferenceUser):
+    abstract = True
+    protocol = "grpc"
+
+
+class JsonHttpUser(InferenceUser):
+    abstract = True
+    protocol = "json"

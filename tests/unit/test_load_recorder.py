@@ -1,0 +1,179 @@
+"""The per-process recorder, error classification and scenario parameters (no processes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadkit.errors import UsageError
+from loadkit.load.failures import HttpStatusError, classify_failure
+from loadkit.load.recorder import LatencyRecorder
+from loadkit.load.scenario import Param, Scenario, auto_users
+from loadkit.load.shapes import Constant, Truncated
+from loadkit.rundir import load_run, read_interval_log
+
+S = 1_000_000_000
+T0 = 1_764_449_000 * S  # a whole second
+
+
+class FakeClock:
+    def __init__(self, t_ns: int):
+        self.t_ns = t_ns
+
+    def __call__(self) -> int:
+        return self.t_ns
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _request(rec: LatencyRecorder, intended: int, sent: int, done: int, ok: bool = True, kind=None):
+    rec.started("infer", sent)
+    rec.completed("infer", intended_ns=intended, sent_ns=sent, done_ns=done, ok=ok, error_kind=kind)
+
+
+def test_intervals_by_completion_time_corrected_and_service(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    rec = LatencyRecorder(tmp_path, "local", clock_ns=clock)
+    # GIVEN one arrival sent 300 ms late, completing 10 ms after it was sent
+    rec.offered("infer", T0 + 100_000_000)
+    _request(rec, T0 + 100_000_000, T0 + 400_000_000, T0 + 410_000_000)
+    # and one failure in the next second
+    rec.offered("infer", T0 + S + 1)
+    _request(rec, T0 + S + 1, T0 + S + 1, T0 + S + 5_000_000, ok=False, kind="queue_full")
+    rec.tick(T0 + S + 10)  # only the first second has ended
+    hists = list(read_interval_log(tmp_path / "latency" / "local.hlog"))
+    assert [(h.kind, h.name, h.start_ns) for h in hists] == [
+        ("corrected", "infer", T0),
+        ("service", "infer", T0),
+    ]
+    corrected, service = (h.histogram for h in hists)
+    assert corrected.get_max_value() == pytest.approx(310_000, rel=1e-3)
+    assert service.get_max_value() == pytest.approx(10_000, rel=1e-3)
+    rows = _rows(tmp_path / "load" / "local.jsonl")
+    assert len(rows) == 1 and rows[0]["ok"] == 1 and rows[0]["offered"] == 1
+    # WHEN closing mid-second THEN the partial interval is written too
+    rec.close(T0 + S + 500_000_000)
+    rows = _rows(tmp_path / "load" / "local.jsonl")
+    assert rows[1]["interval_ns"] == 500_000_000
+    assert rows[1]["errors"] == 1 and rows[1]["error_kinds"] == {"queue_full": 1}
+    samples = _rows(tmp_path / "requests" / "local.jsonl")
+    assert {s["ok"] for s in samples} == {True, False}
+    assert samples[0]["t_ns"] == T0 + 100_000_000 and samples[0]["sent_ns"] == T0 + 400_000_000
+
+
+def test_dropped_out_of_range_and_in_flight(tmp_path: Path) -> None:
+    clock = FakeClock(T0 + 1)
+    rec = LatencyRecorder(tmp_path, "w", clock_ns=clock)
+    rec.offered("infer", T0 + 1)
+    rec.dropped("infer")
+    rec.started("infer", T0 + 2)  # still in flight at the end of the second
+    _request(rec, T0 + 3, T0 + 3, T0 + 3 + 100 * S)  # 100 s: above the histogram range
+    rec.close(T0 + 104 * S + 1)
+    rows = _rows(tmp_path / "load" / "w.jsonl")
+    first = rows[0]
+    assert first["dropped"] == 1 and first["in_flight"] == 1
+    assert sum(r["out_of_range"] for r in rows) == 1
+    assert sum(r["ok"] for r in rows) == 1
+    # one row per second from the first to the last: gaps are explicit zeros
+    assert [r["t_ns"] for r in rows] == [T0 + i * S for i in range(len(rows))]
+
+
+def test_sample_is_bounded_and_keeps_the_slowest(tmp_path: Path) -> None:
+    rec = LatencyRecorder(tmp_path, "p", clock_ns=FakeClock(T0), sample_size=10, slowest_kept=2)
+    for i in range(1000):
+        _request(rec, T0 + i, T0 + i, T0 + i + (5_000_000 if i != 500 else 900_000_000))
+    rec.close(T0 + S)
+    samples = _rows(tmp_path / "requests" / "p.jsonl")
+    assert 10 <= len(samples) <= 12
+    assert any(s["done_ns"] - s["t_ns"] == 900_000_000 for s in samples)
+
+
+def test_interrupted_run_loads(tmp_path: Path) -> None:
+    from loadkit.rundir import RunWriter
+
+    writer = RunWriter.create(out_dir=tmp_path, run_id="r", kind="load")
+    rec = LatencyRecorder(writer.path, "local", clock_ns=FakeClock(T0))
+    _request(rec, T0, T0, T0 + 1000)
+    rec.close(T0 + 10)
+    writer.finalize("aborted")
+    run = load_run(writer.path)
+    assert run.status == "aborted" and len(run.latency_intervals) == 2
+
+
+class FakeTritonError(Exception):
+    def __init__(self, msg: str, status: str | None):
+        super().__init__(msg)
+        self._msg, self._status = msg, status
+
+    def status(self) -> str | None:
+        return self._status
+
+    def message(self) -> str:
+        return self._msg
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (TimeoutError(), "timeout"),
+        (ConnectionRefusedError(), "refused"),
+        (ConnectionResetError(), "reset"),
+        (FakeTritonError("Exceeds maximum queue size", "503"), "queue_full"),
+        (FakeTritonError("model not found", "400"), "http_400"),
+        (FakeTritonError("unavailable", "StatusCode.UNAVAILABLE"), "grpc_UNAVAILABLE"),
+        (FakeTritonError("deadline", "StatusCode.DEADLINE_EXCEEDED"), "timeout"),
+        (
+            FakeTritonError(
+                "[StatusCode.RESOURCE_EXHAUSTED] Exceeds maximum queue size",
+                "StatusCode.RESOURCE_EXHAUSTED",
+            ),
+            "queue_full",
+        ),
+        (HttpStatusError(503, '{"error":"Exceeds maximum queue size"}'), "queue_full"),
+        (HttpStatusError(500, "boom"), "http_500"),
+        (ValueError("?"), "other"),
+    ],
+)
+def test_failure_classification(exc: BaseException, kind: str) -> None:
+    assert classify_failure(exc) == kind
+
+
+def test_gevent_kinds_by_name() -> None:
+    GreenletExit = type("GreenletExit", (BaseException,), {})
+    assert classify_failure(GreenletExit()) == "cancelled"
+
+
+def _scenario(**kw) -> Scenario:
+    return Scenario(
+        name="t",
+        params={"rate": Param(10.0, "r"), "duration_s": Param(5.0, "d")},
+        shape=lambda p: Constant(p.rate, p.duration_s),
+        **kw,
+    )
+
+
+def test_scenario_overrides_are_parsed_by_type_and_checked() -> None:
+    resolved = _scenario().resolve({"rate": "25", "churn": "yes", "users": "7"})
+    assert resolved.params.rate == 25.0 and resolved.params.churn is True
+    assert resolved.users == 7 and resolved.shape.rate_at(1) == 25.0
+    with pytest.raises(UsageError, match="no parameter"):
+        _scenario().resolve({"rat": "1"})
+    with pytest.raises(UsageError, match="not a valid float"):
+        _scenario().resolve({"rate": "fast"})
+    with pytest.raises(UsageError, match="protocol"):
+        _scenario().resolve({"protocol": "ftp"})
+
+
+def test_duration_sets_the_parameter_or_truncates() -> None:
+    assert _scenario().resolve(duration_s=2).shape.duration_s == 2
+    burst = Scenario(name="b", shape=lambda p: Constant(5.0, 100.0))
+    shape = burst.resolve(duration_s=3).shape
+    assert isinstance(shape, Truncated) and shape.duration_s == 3
+
+
+def test_auto_users_scale_with_peak_rate() -> None:
+    assert auto_users(0) == 10 and auto_users(200) == 110 and auto_users(1e6) == 2000
