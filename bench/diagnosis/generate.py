@@ -1,0 +1,361 @@
+"""Generate diagnosis runs: a real Triton, real load, real (or simulated-GPU) faults, ground truth.
+
+One run = one `CasePlan`: the embedded Triton (ranker model), the simulated
+GPU, the telemetry samplers, open-model load from `bench/diagnosis/scenario.py`
+via `loadkit.load.orchestrator.run_scenario`, and the case's faults. Every
+random choice (periods, durations, amplitudes, first starts, jitter) comes
+from the case's seed; the plan is written to the manifest
+(`scenario.params.diagnosis`) and each fault's real start/end to `events.jsonl`
+(`kind: fault`). Cases:
+
+- `clean`: no fault (control)
+- `stall`: SIGSTOP/SIGCONT of the Triton server (`loadkit.faults.ProcessStall`)
+- `cpu-burn`: busy-loop processes on every core (`loadkit.faults.CpuBurn`)
+- `cgroup-quota`: a real CFS quota on Triton's cgroup (`loadkit.faults.CgroupQuota`);
+  skipped with a note where the host does not permit it
+- `thermal`: cooling faults of the simulated GPU (it logs `thermal-throttle`)
+- `batching-window`: `max_queue_delay` tens of ms at low load (a run-long `fault` event)
+- `bursts`: periodic bursts above capacity (ground truth: `burst-start`/`burst-end` phases)
+- `churn`: a new connection per request for the whole run (a run-long `fault` event)
+- `thermal+stall`: two faults overlapping
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadkit.faults import (
+    CgroupQuota,
+    CpuBurn,
+    FaultSchedule,
+    FaultUnavailable,
+    ProcessStall,
+    ScheduledFault,
+    ThermalFault,
+)
+from loadkit.load.orchestrator import run_scenario
+from loadkit.rundir import RunWriter, append_event, update_manifest
+from loadkit.target import EmbeddedTriton
+from loadkit.telemetry.supervisor import SamplerSet
+
+SCENARIO_PATH = Path(__file__).with_name("scenario.py")
+CASES = (
+    "clean",
+    "stall",
+    "cpu-burn",
+    "cgroup-quota",
+    "thermal",
+    "batching-window",
+    "bursts",
+    "churn",
+    "thermal+stall",
+)
+# Episodic faults get a window at most every this many seconds in a run of
+# DEFAULT_DURATION_S, so a run holds 3-4 of them and a baseline in between.
+DEFAULT_DURATION_S = 50.0
+STEADY_RATE = 150.0  # arrivals/s: >= 100 per 1 s window, so each window has a P99
+LOW_RATE = 40.0  # the batching-window case: batches never fill
+# At least 4 windows per run: the analyzer needs 4 episodes to test a period.
+FIRST_FAULT_S = (6.0, 8.0)
+PERIOD_S = (8.0, 11.0)
+RUN_LEVEL = "run-level"
+SAMPLER_START_TIMEOUT_S = 20.0
+# Every case but batching-window: a 0.5 ms batching window. loadkit's default
+# (2 ms) at 150 req/s, where batches hold 1-2 requests, is itself a mild
+# batching-window misconfiguration that the analyzer (rightly) reports.
+CONTROL_QUEUE_DELAY_US = 500
+SETTLE_S = 2.0
+
+
+@dataclass
+class CasePlan:
+    """Everything one generated run does; recorded in the manifest."""
+
+    case: str
+    seed: int
+    duration_s: float
+    rate: float
+    triton: dict[str, Any] = field(default_factory=dict)
+    load: dict[str, Any] = field(default_factory=dict)  # scenario parameter overrides
+    faults: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.case.replace('+', '-and-')}-s{self.seed}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def case_rng(case: str, seed: int) -> random.Random:
+    """A generator per (case, seed), stable across Python runs (no hash randomization)."""
+    digest = hashlib.sha256(f"{case}:{seed}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def _episodic(rng: random.Random, duration: tuple[float, float]) -> dict[str, Any]:
+    period = round(rng.uniform(*PERIOD_S), 2)
+    return {
+        "period_s": period,
+        "duration_s": round(rng.uniform(*duration), 2),
+        "first_start_s": round(rng.uniform(*FIRST_FAULT_S), 2),
+        "jitter_s": round(rng.uniform(0.0, 0.5), 2),
+        "seed": rng.randrange(1 << 30),
+    }
+
+
+def plan_case(case: str, seed: int, duration_s: float = DEFAULT_DURATION_S) -> CasePlan:
+    """The randomized parameters of one case for one seed."""
+    if case not in CASES:
+        raise ValueError(f"unknown case {case!r}; cases: {', '.join(CASES)}")
+    rng = case_rng(case, seed)
+    plan = CasePlan(
+        case=case,
+        seed=seed,
+        duration_s=duration_s,
+        rate=STEADY_RATE,
+        triton={"max_queue_delay_us": CONTROL_QUEUE_DELAY_US, "max_batch_size": 32},
+    )
+    parts = case.split("+")
+    if "stall" in parts:
+        plan.faults["stall"] = {"schedule": _episodic(rng, (1.5, 2.5))}
+    if "cpu-burn" in parts:
+        plan.faults["cpu-burn"] = {
+            "schedule": _episodic(rng, (2.5, 4.0)),
+            "processes_per_core": rng.choice([2, 3]),
+        }
+    if "cgroup-quota" in parts:
+        plan.faults["cgroup-quota"] = {
+            "schedule": _episodic(rng, (2.5, 4.0)),
+            # Triton uses ~0.1-0.15 core at 150 req/s here: the quota must be below that.
+            "quota_cores": round(rng.uniform(0.04, 0.08), 3),
+        }
+    if "thermal" in parts:
+        s = _episodic(rng, (2.5, 4.0))
+        if "stall" in parts:  # overlapping, but not always in step with the stall
+            s["period_s"] = round(plan.faults["stall"]["schedule"]["period_s"] * 1.37, 2)
+        plan.faults["thermal"] = {
+            "schedule": {k: s[k] for k in ("period_s", "duration_s", "first_start_s")}
+        }
+    if case == "batching-window":
+        plan.rate = LOW_RATE
+        plan.triton = {
+            "max_queue_delay_us": int(rng.uniform(20_000, 50_000)),
+            "max_batch_size": 32,
+        }
+        plan.faults["batching-window"] = {"schedule": RUN_LEVEL, **plan.triton}
+    if case == "bursts":
+        plan.load = {
+            "burst_multiplier": round(rng.uniform(3.0, 4.0), 2),
+            "burst_period_s": round(rng.uniform(*PERIOD_S), 2),
+            "burst_duty": round(rng.uniform(0.2, 0.3), 2),
+            "burst_offset_s": round(rng.uniform(*FIRST_FAULT_S), 2),
+        }
+        plan.faults["bursts"] = {"schedule": "phase events burst-start/burst-end", **plan.load}
+    if case == "churn":
+        plan.load = {"churn": True}
+        plan.faults["churn"] = {"schedule": RUN_LEVEL, "churn": True}
+    plan.load = {"rate": plan.rate, "duration_s": duration_s, **plan.load}
+    return plan
+
+
+def _schedule(params: dict[str, Any], until_s: float) -> FaultSchedule:
+    return FaultSchedule(
+        duration_s=params["duration_s"],
+        period_s=params["period_s"],
+        first_start_s=params["first_start_s"],
+        jitter_s=params.get("jitter_s", 0.0),
+        seed=params.get("seed", 0),
+        until_s=until_s,
+    )
+
+
+@dataclass
+class GeneratedRun:
+    plan: CasePlan
+    path: Path | None  # None when skipped
+    skipped: str | None = None
+    wall_s: float = 0.0
+
+
+class _Faults:
+    """The case's faults for one run: started in `before_start`, stopped after the load."""
+
+    def __init__(self, plan: CasePlan, triton: EmbeddedTriton, state_path: Path) -> None:
+        self.plan = plan
+        self.triton = triton
+        self.state_path = state_path
+        self.injectors: list[ScheduledFault] = []
+        self.thermal = ThermalFault(period_s=None)
+        self.run_dir: Path | None = None
+        self.samplers: SamplerSet | None = None
+
+    def _record_sources(self, writer: RunWriter) -> None:
+        assert self.samplers is not None
+        info = self.samplers.manifest_info()
+        env = dict(writer.manifest.get("environment") or {})
+        env["gpu"] = {
+            **info["gpu"],
+            "simulator": self.thermal.gpu.describe() if self.thermal.gpu else None,
+        }
+        writer.update(environment=env, sources=info["sources"])
+
+    def start(self, writer: RunWriter) -> None:
+        """Before Locust starts: simulated GPU, samplers (settled), then the injectors."""
+        run_dir = self.run_dir = writer.path
+        scenario = dict(writer.manifest.get("scenario") or {})
+        scenario["params"] = {**scenario.get("params", {}), "diagnosis": self.plan.to_json()}
+        writer.update(scenario=scenario)
+        faults = self.plan.faults
+        # The load ends `duration_s` after Locust starts, a few seconds after now:
+        # every window ends before that.
+        until = self.plan.duration_s
+        if "thermal" in faults:
+            s = faults["thermal"]["schedule"]
+            self.thermal = ThermalFault(s["period_s"], s["duration_s"], s["first_start_s"])
+        self.thermal.start(self.state_path, triton_url=self.triton.http_url, run_dir=run_dir)
+        # Samplers started here rather than by run_scenario, so that their start-up
+        # (interpreters, imports) is over before the load starts: on 2 cores it
+        # otherwise shows as a CPU-saturation spike at the start of every run.
+        self.samplers = SamplerSet.start(
+            run_dir,
+            gpu="sim",
+            triton_url=self.triton.http_url,
+            server_pid=self.triton.pid,
+            sim_gpu_state=self.state_path,
+        )
+        self.samplers.wait_started(SAMPLER_START_TIMEOUT_S)
+        self._record_sources(writer)
+        time.sleep(SETTLE_S)
+        pid = self.triton.pid
+        if "stall" in faults:
+            self.injectors.append(
+                ProcessStall(pid, _schedule(faults["stall"]["schedule"], until), run_dir=run_dir)
+            )
+        if "cpu-burn" in faults:
+            f = faults["cpu-burn"]
+            cores = len(os.sched_getaffinity(0))
+            self.injectors.append(
+                CpuBurn(
+                    _schedule(f["schedule"], until),
+                    processes=cores * int(f["processes_per_core"]),
+                    run_dir=run_dir,
+                )
+            )
+        if "cgroup-quota" in faults:
+            f = faults["cgroup-quota"]
+            self.injectors.append(
+                CgroupQuota(
+                    pid,
+                    _schedule(f["schedule"], until),
+                    quota_cores=f["quota_cores"],
+                    run_dir=run_dir,
+                )
+            )
+        for name in ("batching-window", "churn"):
+            if name in faults:
+                params = {k: v for k, v in faults[name].items() if k != "schedule"}
+                append_event(run_dir, "fault", name, action="start", scope="run", **params)
+        for injector in self.injectors:
+            injector.start()
+
+    def stop(self) -> None:
+        for injector in self.injectors:
+            injector.stop()
+        if self.samplers is not None:
+            self.samplers.stop()
+        self.thermal.stop()
+        if self.run_dir is not None:
+            for name in ("batching-window", "churn"):
+                if name in self.plan.faults:
+                    append_event(self.run_dir, "fault", name, action="end", scope="run")
+
+
+def check_case_possible(case: str) -> str | None:
+    """Why a case cannot run on this host (None: it can), checked without a server."""
+    if "cgroup-quota" not in case.split("+"):
+        return None
+    probe = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        CgroupQuota(probe.pid, FaultSchedule(duration_s=1.0)).start().stop()
+    except FaultUnavailable as exc:
+        return exc.message
+    finally:
+        os.kill(probe.pid, 9)
+        probe.wait()
+    return None
+
+
+def generate_run(
+    plan: CasePlan, out_dir: Path, *, log: Callable[[str], None] = print
+) -> GeneratedRun:
+    """Run one case; return where its run directory is (or why it was skipped)."""
+    started = time.monotonic()
+    reason = check_case_possible(plan.case)
+    if reason is not None:
+        log(f"skip {plan.run_id}: {reason}")
+        return GeneratedRun(plan, None, skipped=reason)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / plan.run_id
+    if target.exists():
+        shutil.rmtree(target)
+    workdir = Path(tempfile.mkdtemp(prefix="loadkit-diagnosis-"))
+    state_path = workdir / "sim_gpu_state.json"
+    state_path.write_text(json.dumps({"clock_factor": 1.0}))
+    try:
+        with EmbeddedTriton(
+            max_queue_delay_us=plan.triton["max_queue_delay_us"],
+            max_batch_size=plan.triton["max_batch_size"],
+            sim_gpu_state=state_path,
+            log_path=workdir / "tritonserver.log",
+        ) as triton:
+            faults = _Faults(plan, triton, state_path)
+            server = triton.describe()
+            try:
+                run_dir = run_scenario(
+                    SCENARIO_PATH,
+                    triton.http_url,
+                    seed=plan.seed,
+                    out_dir=out_dir,
+                    params=plan.load,
+                    run_id=plan.run_id,
+                    extra_manifest={
+                        "environment": {"server": server},
+                        "notes": [
+                            "diagnosis benchmark run: faults injected on purpose; "
+                            "ground truth in events.jsonl (kind fault)"
+                        ],
+                    },
+                    before_start=faults.start,
+                    telemetry=None,  # started by faults.start, before the load
+                    command_line=["python", "-m", "bench.diagnosis.generate", plan.case],
+                )
+            finally:
+                faults.stop()
+            manifest = json.loads((run_dir / "manifest.json").read_text())
+            events = (run_dir / "events.jsonl").read_text(encoding="utf-8")
+            if manifest.get("status") == "aborted" and '"name":"interrupted"' in events:
+                # run_scenario turns Ctrl-C into an aborted run; stop the whole benchmark.
+                raise KeyboardInterrupt(f"run {plan.run_id} was interrupted")
+            target_info = {**(manifest.get("target") or {}), "embedded": True}
+            changes: dict[str, Any] = {"target": target_info}
+            if faults.samplers is not None:
+                changes["sources"] = faults.samplers.manifest_info()["sources"]
+            update_manifest(run_dir, **changes)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    wall = time.monotonic() - started
+    log(f"generated {run_dir} in {wall:.0f} s")
+    return GeneratedRun(plan, run_dir, wall_s=wall)

@@ -1,0 +1,35 @@
+"""Fault injectors for the demo, tests and the diagnosis benchmark.
+
+One module per injector, each a `ScheduledFault` (start()/stop(), context
+manager) that follows a seeded `FaultSchedule` in a background thread and
+logs every real start and end as ground truth (`fault` events) in the run
+directory:
+
+- `stall.ProcessStall`: SIGSTOP/SIGCONT of a process (event `stall`)
+- `cpu_burn.CpuBurn`: busy-loop processes (event `cpu-burn`)
+- `cgroup_quota.CgroupQuota`: a real CFS quota on the target's cgroup (event `cgroup-quota`)
+- `thermal.ThermalFault`: the simulated GPU's cooling fault (events `cooling-fault`,
+  `thermal-throttle`, written by the simulator itself)
+
+Traffic-shaped faults (bursts, churn, a batching window too long for the
+load) are not injectors: they are load or server settings (see
+bench/diagnosis/).
+"""
+
+from loadkit.faults.cgroup_quota import CgroupQuota, locate_cpu_cgroup
+from loadkit.faults.cpu_burn import CpuBurn
+from loadkit.faults.schedule import FaultSchedule, FaultUnavailable, FaultWindow, ScheduledFault
+from loadkit.faults.stall import ProcessStall
+from loadkit.faults.thermal import ThermalFault
+
+__all__ = [
+    "CgroupQuota",
+    "CpuBurn",
+    "FaultSchedule",
+    "FaultUnavailable",
+    "FaultWindow",
+    "ProcessStall",
+    "ScheduledFault",
+    "ThermalFault",
+    "locate_cpu_cgroup",
+]

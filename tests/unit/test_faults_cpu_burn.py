@@ -1,0 +1,89 @@
+"""CpuBurn bookkeeping without real burners: spawn count, kill by PID, reaping."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadkit.faults import cpu_burn as cpu_burn_module
+from loadkit.faults.cpu_burn import BURNER_CODE, CpuBurn
+from loadkit.faults.schedule import FaultSchedule, FaultUnavailable
+from tests.unit.faults_fakes import FakeClock
+
+
+class FakeBurner:
+    next_pid = 9000
+
+    def __init__(self) -> None:
+        FakeBurner.next_pid += 1
+        self.pid = FakeBurner.next_pid
+        self.alive = True
+        self.reaped = False
+        self.stdout = self
+
+    def read(self, n: int) -> bytes:
+        return b"1"
+
+    def close(self) -> None:
+        pass
+
+    def poll(self) -> int | None:
+        return None if self.alive else -9
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.reaped = True
+        return -9
+
+
+def test_each_window_spawns_n_burners_and_kills_them_by_pid(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    spawned: list[FakeBurner] = []
+    killed: list[tuple[int, int]] = []
+    by_pid: dict[int, FakeBurner] = {}
+
+    def fake_spawn(self: CpuBurn) -> Any:
+        burner = FakeBurner()
+        spawned.append(burner)
+        by_pid[burner.pid] = burner
+        return burner
+
+    def fake_kill(pid: int, sig: int) -> None:
+        killed.append((pid, sig))
+        by_pid[pid].alive = False
+
+    monkeypatch.setattr(CpuBurn, "_spawn", fake_spawn)
+    monkeypatch.setattr(cpu_burn_module.os, "kill", fake_kill)
+    monkeypatch.setattr(cpu_burn_module.select, "select", lambda r, w, x, t: (r, [], []))
+    fault = CpuBurn(
+        FaultSchedule(duration_s=2, period_s=5, count=2),
+        processes=3,
+        run_dir=tmp_path,
+        clock=FakeClock(),
+    )
+    with fault:
+        assert fault.join(5.0)
+    assert len(spawned) == 6
+    assert sorted(killed) == sorted((b.pid, signal.SIGKILL) for b in spawned)
+    assert all(b.reaped for b in spawned)
+    assert fault.pids == []
+    text = (tmp_path / "events.jsonl").read_text()
+    assert text.count('"action":"start"') == 2 and '"processes":3' in text
+
+
+def test_default_is_one_burner_per_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_burn_module.os, "cpu_count", lambda: 4)
+    assert CpuBurn(FaultSchedule(duration_s=1)).processes == 4
+
+
+def test_zero_processes_is_refused() -> None:
+    with pytest.raises(FaultUnavailable):
+        CpuBurn(FaultSchedule(duration_s=1), processes=0)
+
+
+def test_burner_code_compiles_and_dies_with_its_parent() -> None:
+    compile(BURNER_CODE, "<burner>", "exec")
+    assert "prctl(1, 9)" in BURNER_CODE  # PR_SET_PDEATHSIG = SIGKILL
