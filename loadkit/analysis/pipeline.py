@@ -45,6 +45,7 @@ from loadkit.analysis.telemetry import (
     align_request_samples,
     align_triton,
     events_of,
+    new_connections_per_s,
 )
 from loadkit.analysis.verdicts import (
     BurstPhase,
@@ -294,10 +295,10 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
             periodicity.append(Periodicity(percentile=pct, periodic=False, reason=why))
             notes.append(f"{pct} spike episodes {why}")
             continue
-        values = [None if warm else v for v, warm in zip(values, warming_up, strict=True)]
-        found, _ = find_episodes(values, grid.starts_ns, window_s, start, pct, baseline_windows=bw)
+        settled = [None if warm else v for v, warm in zip(values, warming_up, strict=True)]
+        found, _ = find_episodes(settled, grid.starts_ns, window_s, start, pct, baseline_windows=bw)
         episodes.extend(found)
-        periodicity.append(detect_periodicity(values, window_s, found, pct))
+        periodicity.append(detect_periodicity(settled, window_s, found, pct))
 
     marks, bursts, steps = _phases(run, start)
     burst_mask = np.zeros(grid.n, dtype=bool)
@@ -474,11 +475,7 @@ def _overall(
 def _telemetry_windows(
     gpu: Any, host: Any, triton: Any, samples: Any, throughput: np.ndarray
 ) -> TelemetryWindows:
-    new_conn = None
-    if host is not None and host.has_tcp:
-        new_conn = host.tcp_new_connections_per_s
-    elif samples is not None:
-        new_conn = samples.new_connection_frac * throughput
+    new_conn, _ = new_connections_per_s(host, samples, throughput)
     return TelemetryWindows(
         gpu_sm_clock_mhz=_series(gpu.sm_clock_mhz) if gpu else None,
         gpu_sm_clock_max_mhz=_series(gpu.sm_clock_max_mhz) if gpu else None,

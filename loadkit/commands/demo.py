@@ -1,0 +1,115 @@
+"""`loadkit demo`: the whole story in one command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from loadkit.demo import DemoSettings, run_demo
+from loadkit.errors import EXIT_INTERRUPTED, EXIT_OK
+
+_D = DemoSettings()
+
+HELP = "start a real Triton, run a 2x burst test with telemetry, analyze it, write a report"
+DESCRIPTION = f"""\
+The whole of loadkit in one command, on this machine, no GPU needed:
+
+  1. starts the real Triton Inference Server (from the nvidia-pytriton wheel) on
+     127.0.0.1 with loadkit's `ranker` model behind the dynamic batcher;
+  2. starts a simulated GPU whose cooling fails every {_D.cooling_fault_period_s:g} s for
+     {_D.cooling_fault_duration_s:g} s, so it throttles (and really slows the model) periodically;
+  3. runs scenarios/burst_2x.py open-model: {_D.base_rate:g} req/s, 2x within {_D.rise_s:g} s,
+     hold, back down, recover (about {_D.duration_s:.0f} s) while the GPU, host and Triton
+     samplers record;
+  4. analyzes the run and writes reports/<run_id>/report.html.
+
+The findings in the report are the analyzer's, not written in: it should find the
+periodic P99 spikes, attribute them to (simulated) thermal throttling with their
+period, and show the burst's effect on batch sizes, queue time and recovery.
+
+Ctrl-C stops everything it started; what was recorded is kept and reported.
+
+example:  loadkit demo
+          loadkit demo --base-rate 60 --cooling-fault-period 12
+"""
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out",
+        default=_D.out_dir,
+        metavar="DIR",
+        help="where the run directory goes (default: reports)",
+    )
+    parser.add_argument(
+        "--run-id", default=None, help="run directory name (default: <UTC time>-burst_2x)"
+    )
+    parser.add_argument(
+        "--base-rate",
+        type=float,
+        default=_D.base_rate,
+        metavar="RPS",
+        help=f"steady arrival rate (default: {_D.base_rate:g}/s)",
+    )
+    parser.add_argument(
+        "--cooling-fault-period",
+        type=float,
+        default=_D.cooling_fault_period_s,
+        metavar="S",
+        help=f"seconds between simulated cooling faults (default: {_D.cooling_fault_period_s:g})",
+    )
+    parser.add_argument(
+        "--cooling-fault-duration",
+        type=float,
+        default=_D.cooling_fault_duration_s,
+        metavar="S",
+        help=f"seconds each cooling fault lasts (default: {_D.cooling_fault_duration_s:g})",
+    )
+    parser.add_argument(
+        "--short",
+        action="store_true",
+        help="a 60 s version (used by the tests); fewer throttle cycles",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no live progress line")
+
+
+def settings_from_args(args: argparse.Namespace) -> DemoSettings:
+    from loadkit.errors import UsageError
+
+    if args.base_rate <= 0:
+        raise UsageError(f"--base-rate must be positive, got {args.base_rate:g}")
+    if args.cooling_fault_duration <= 0 or args.cooling_fault_period <= args.cooling_fault_duration:
+        raise UsageError(
+            "--cooling-fault-period must be longer than --cooling-fault-duration (both > 0)",
+            hint=f"e.g. --cooling-fault-period {_D.cooling_fault_period_s:g} --cooling-fault-duration {_D.cooling_fault_duration_s:g}",
+        )
+    extra = {}
+    if args.short:
+        extra = {"steady_s": 15.0, "rise_s": 10.0, "hold_s": 10.0, "fall_s": 5.0, "recover_s": 20.0}
+    return DemoSettings(
+        out_dir=args.out,
+        run_id=args.run_id,
+        base_rate=args.base_rate,
+        cooling_fault_period_s=args.cooling_fault_period,
+        cooling_fault_duration_s=args.cooling_fault_duration,
+        show_progress=not args.no_progress,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    result = run_demo(settings)
+    from loadkit.analysis.model import Analysis
+    from loadkit.commands.analyze import print_summary
+    from loadkit.rundir.layout import ANALYSIS_FILE
+
+    print()
+    print_summary(Analysis.load(result.run_dir / ANALYSIS_FILE), sys.stdout)
+    if result.report_path is not None:
+        print(f"\nreport: {result.report_path}")
+        print(result.report_path.resolve().as_uri())
+    if result.status == "aborted":
+        print("the run was interrupted; the report covers what was recorded", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_OK

@@ -1,0 +1,117 @@
+"""`loadkit report`: write a run's report (HTML for people, Markdown for tickets, JSON for machines)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from loadkit.analysis.model import Analysis
+from loadkit.errors import RunFormatError, UsageError
+from loadkit.rundir import Run, load_run
+from loadkit.rundir.layout import ANALYSIS_FILE, REPORT_FILE
+
+HELP = "write a run's report: self-contained HTML, Markdown or JSON"
+
+DESCRIPTION = """\
+Write the report of a run directory. HTML (default) is one self-contained
+file for people who were not at the test: the SLO verdict, headline numbers,
+what happened, timelines, latency distribution, one card per cause found with
+its evidence and recommended action, and the run's metadata. It needs no
+network and prints well. Markdown is the short version for a ticket or chat
+message; JSON is a small stable summary for dashboards and pipelines
+(keys documented in docs/reports.md).
+
+If the run has no analysis.json yet (or with --reanalyze), the run is
+analyzed first and analysis.json is written.
+
+examples:
+  loadkit report reports/20251129-205000-burst
+  loadkit report RUN -o /tmp/burst.html
+  loadkit report RUN --format md -o -          # Markdown to stdout
+  loadkit report RUN --format json -o summary.json
+"""
+
+FORMATS = {"html": REPORT_FILE, "md": "report.md", "json": "report.json"}
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN", help="run directory (e.g. reports/<run_id>)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="where to write the report ('-' for stdout); default RUN/report.html "
+        "(RUN/report.md, RUN/report.json for the other formats)",
+    )
+    parser.add_argument(
+        "--format", choices=sorted(FORMATS), default="html", help="output format (default html)"
+    )
+    parser.add_argument(
+        "--reanalyze",
+        action="store_true",
+        help="analyze the run again even if analysis.json exists (e.g. after upgrading loadkit)",
+    )
+
+
+def load_or_analyze(run: Run, reanalyze: bool = False) -> Analysis:
+    """The run's analysis.json, or a fresh analysis written to it when missing."""
+    path = run.path / ANALYSIS_FILE
+    if path.exists() and not reanalyze:
+        return Analysis.load(path)
+    from loadkit.analysis import analyze_run
+
+    print(f"analyzing {run.path} (no {ANALYSIS_FILE} yet) ...", file=sys.stderr)
+    analysis: Analysis = analyze_run(run)  # type: ignore[operator]
+    try:
+        analysis.save(path)
+    except OSError as exc:
+        # A read-only copy of a run can still be reported on.
+        print(f"WARNING: could not write {path} ({exc}); continuing", file=sys.stderr)
+    return analysis
+
+
+def write_output(text: str, output: str, what: str) -> None:
+    """Write to a file (creating its folder) or stdout, and say where it went."""
+    if output == "-":
+        sys.stdout.write(text)
+        return
+    target = Path(output)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {target} ({exc.strerror or exc})",
+            hint="pass a writable path with -o FILE",
+        ) from exc
+    resolved = target.resolve()
+    print(f"{what}: {target}")
+    print(resolved.as_uri())
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir = load_run(args.run_dir)
+    analysis = load_or_analyze(run_dir, args.reanalyze)
+    output = args.output or str(run_dir.path / FORMATS[args.format])
+    if output != "-" and Path(output).is_dir():
+        raise UsageError(f"{output} is a directory", hint="pass a file name with -o FILE")
+    html_report = run_dir.path / REPORT_FILE
+    if args.format == "html":
+        from loadkit.report import html
+
+        text = html.render(run_dir, analysis)
+    elif args.format == "md":
+        from loadkit.report import markdown
+
+        url = html_report.resolve().as_uri() if html_report.exists() else None
+        text = markdown.render(run_dir, analysis, html_url=url)
+    elif args.format == "json":
+        from loadkit.report import jsonreport
+
+        path = str(html_report.resolve()) if html_report.exists() else None
+        text = jsonreport.render(run_dir, analysis, html_path=path)
+    else:  # argparse choices make this unreachable
+        raise RunFormatError(f"unknown format {args.format!r}")
+    write_output(text, output, f"{args.format.upper()} report")
+    return 0

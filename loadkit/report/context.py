@@ -1,0 +1,569 @@
+"""What a report says, before it is written as HTML, Markdown or JSON.
+
+`build_context(run, analysis)` picks and labels the analysis values each
+reporter shows and builds the figure specs (plain numbers, not yet drawn).
+It computes nothing: every number comes from the `Analysis` or the manifest;
+this layer only chooses, orders, converts units and words. Reporter tests
+assert on this dict, so what a report shows can be checked without parsing
+HTML.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from loadkit import __version__
+from loadkit.analysis.model import Analysis, Finding, SpikeEpisode
+from loadkit.report import formatting as fmt
+from loadkit.report.plots import (
+    AlignedPlot,
+    BatchPhasePlot,
+    Distribution,
+    NinesPlot,
+    Span,
+    Timeline,
+)
+from loadkit.rundir import Run
+
+SLO_LABELS = {"p50": "P50", "p95": "P95", "p99": "P99", "p999": "P99.9", "errors": "errors"}
+PERCENTILES = (("p50", "P50"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9"))
+EPISODE_IDS_SHOWN = 12
+
+
+def build_context(run: Run, analysis: Analysis) -> dict[str, Any]:
+    """Everything a report shows about one run, as plain values and figure specs."""
+    manifest = run.manifest
+    return {
+        "run_id": analysis.run.run_id,
+        "title": _title(analysis, manifest),
+        "simulated": analysis.run.simulated or analysis.run.gpu_kind == "simulated",
+        "status": analysis.run.status,
+        "verdict": _verdict(analysis),
+        "numbers": _numbers(analysis),
+        "error_kinds": [
+            {"kind": kind, "count": n, "text": fmt.count(n)}
+            for kind, n in sorted(
+                analysis.overall.error_kinds.items(), key=lambda kv: (-kv[1], kv[0])
+            )
+        ],
+        "headline": analysis.headline,
+        "story": _story(analysis),
+        "alerts": [
+            {"severity": a.severity, "name": a.name, "message": a.message} for a in analysis.alerts
+        ],
+        "findings": [_finding(f, analysis) for f in analysis.findings],
+        "causes_checked": [
+            {"cause": c.cause, "status": c.status, "reason": c.reason}
+            for c in analysis.causes_checked
+        ],
+        "episodes": [_episode(e) for e in _sorted_episodes(analysis.episodes)],
+        "periodicity": [_periodicity(p) for p in analysis.periodicity],
+        "recoveries": _recoveries(analysis),
+        "knee": _knee(analysis),
+        "soak": _soak(analysis),
+        "metadata": _metadata(run, analysis),
+        "model_configs": _model_configs(manifest),
+        "notes": _notes(run, analysis),
+        "figures": _figures(analysis),
+        "report_version": __version__,
+    }
+
+
+# --- top of the report -------------------------------------------------------
+
+
+def _title(analysis: Analysis, manifest: Mapping[str, Any]) -> str:
+    scenario = analysis.run.scenario or (manifest.get("scenario") or {}).get("name")
+    model = analysis.run.model
+    parts = [p for p in (scenario, model) if p]
+    what = " on ".join(str(p) for p in parts) if parts else analysis.run.kind
+    return f"Load test: {what}"
+
+
+def slo_threshold(analysis: Analysis, name: str) -> float | None:
+    """The threshold of one SLO (e.g. "p99"), for reference lines in plots."""
+    for slo in analysis.verdict.slos:
+        if slo.name == name:
+            return slo.threshold
+    return None
+
+
+def _verdict(analysis: Analysis) -> dict[str, Any]:
+    v = analysis.verdict
+    rows = []
+    for slo in v.slos:
+        label = SLO_LABELS.get(slo.name, slo.name)
+        observed = fmt.with_unit(slo.observed, slo.unit)
+        threshold = fmt.with_unit(slo.threshold, slo.unit)
+        state = "n/a" if slo.passed is None else ("pass" if slo.passed else "fail")
+        rows.append(
+            {
+                "name": slo.name,
+                "label": label,
+                "threshold": slo.threshold,
+                "unit": slo.unit,
+                "observed": slo.observed,
+                "passed": slo.passed,
+                "state": state,
+                "text": f"{label} ≤ {threshold}: observed {observed}",
+                "threshold_text": f"≤ {threshold}",
+                "observed_text": observed,
+                "detail": slo.detail,
+            }
+        )
+    return {
+        "passed": v.passed,
+        "state": "pass" if v.passed else "fail",
+        "word": "PASS" if v.passed else "FAIL",
+        "sentence": v.summary,
+        "source": v.source,
+        "slos": rows,
+    }
+
+
+def _numbers(analysis: Analysis) -> list[dict[str, Any]]:
+    """The headline numbers, in the order the reader scans them."""
+    o = analysis.overall
+    c = o.corrected
+    rows: list[tuple[str, str, float | int | None, str, str]] = [
+        ("offered_rps", "Offered rate", o.offered_rps, fmt.rate(o.offered_rps), ""),
+        ("achieved_rps", "Achieved rate", o.throughput_rps, fmt.rate(o.throughput_rps), ""),
+        ("p50_ms", "P50", c.p50_ms, fmt.ms(c.p50_ms), "corrected"),
+        ("p95_ms", "P95", c.p95_ms, fmt.ms(c.p95_ms), "corrected"),
+        ("p99_ms", "P99", c.p99_ms, fmt.ms(c.p99_ms), "corrected"),
+        ("p999_ms", "P99.9", c.p999_ms, fmt.ms(c.p999_ms), "corrected"),
+        (
+            "errors",
+            "Errors",
+            o.errors,
+            fmt.count(o.errors),
+            f"{fmt.pct(o.error_pct)} of completed",
+        ),
+        (
+            "dropped",
+            "Dropped",
+            o.dropped,
+            fmt.count(o.dropped),
+            f"{fmt.pct(o.dropped_pct)} of offered",
+        ),
+    ]
+    return [
+        {"key": key, "label": label, "value": value, "text": text, "note": note}
+        for key, label, value, text, note in rows
+    ]
+
+
+def _story(analysis: Analysis) -> list[str]:
+    """Two or three sentences of what happened, worded from the analysis's own numbers."""
+    sentences = [analysis.headline] if analysis.headline else []
+    p99_episodes = analysis.episodes_for("p99")
+    periodic = next(
+        (
+            p
+            for p in (analysis.periodicity_for(name) for name in ("p99", "p999", "p95", "p50"))
+            if p is not None and p.periodic and p.period_s
+        ),
+        None,
+    )
+    if periodic is not None:
+        label = dict(PERCENTILES).get(periodic.percentile, periodic.percentile)
+        ids = {e.episode_id for e in analysis.episodes_for(periodic.percentile)}
+        cause = next((f.title for f in analysis.findings if ids & set(f.episodes)), None)
+        because = f", explained by {cause}" if cause else ""
+        sentences.append(
+            f"{label} spiked every {fmt.seconds(periodic.period_s)} ({len(ids)} episodes){because}."
+        )
+    if p99_episodes and (periodic is None or periodic.percentile != "p99"):
+        sentences.append(
+            f"P99 had {len(p99_episodes)} spike episode(s)"
+            + (", not periodic." if periodic is None else ".")
+        )
+    for rec in analysis.recoveries[:2]:
+        burst = f"the burst to {fmt.rate(rec.rate)}" if rec.rate else "the burst"
+        if rec.recovered and rec.recovery_s is not None:
+            sentences.append(
+                f"After {burst}, P99 peaked at {fmt.ms(rec.peak_p99_ms)} and recovered "
+                f"in {fmt.seconds(rec.recovery_s)}."
+            )
+        else:
+            sentences.append(
+                f"After {burst}, P99 peaked at {fmt.ms(rec.peak_p99_ms)} and did not "
+                "recover before the run ended."
+            )
+    if analysis.run.simulated or analysis.run.gpu_kind == "simulated":
+        sentences.append("GPU telemetry in this run is simulated.")
+    return sentences
+
+
+# --- findings and tables -------------------------------------------------------
+
+
+def _finding(finding: Finding, analysis: Analysis) -> dict[str, Any]:
+    by_id = {e.episode_id: e for e in analysis.episodes}
+    shown = list(finding.episodes[:EPISODE_IDS_SHOWN])
+    aligned = getattr(finding, "aligned", None)
+    figure = None
+    if aligned is not None:
+        figure = AlignedPlot(
+            offsets_s=aligned.offsets_s,
+            mean=aligned.mean,
+            signal_label=aligned.label,
+            low=getattr(aligned, "low", None),
+            high=getattr(aligned, "high", None),
+            baseline=getattr(aligned, "baseline", None),
+            latency_ms=getattr(aligned, "p99_ms", None),
+        )
+    return {
+        "cause": finding.cause,
+        "title": finding.title,
+        "confidence": finding.confidence,
+        "summary": finding.summary,
+        "action": finding.action,
+        "evidence": [
+            {
+                "name": ev.name,
+                "label": ev.name.replace("_", " "),
+                "value": ev.value,
+                "unit": ev.unit,
+                "text": fmt.with_unit(ev.value, ev.unit),
+                "note": ev.note,
+            }
+            for ev in finding.evidence
+        ],
+        "stats": [
+            ("episodes explained", f"{len(finding.episodes)} of {finding.episodes_total}"),
+            ("signature in episodes", fmt.fraction_pct(finding.coincidence)),
+            ("signature in baseline windows", fmt.fraction_pct(finding.baseline_rate)),
+            ("lift", "n/a" if finding.lift is None else f"{fmt.sig(finding.lift)}×"),
+            ("p-value (Fisher)", fmt.p_value(finding.p_value)),
+            ("effect size (Cliff's δ)", fmt.sig(finding.cliffs_delta, 2)),
+            ("lag (cause − episode start)", fmt.seconds(finding.lag_s)),
+        ],
+        "episodes": list(finding.episodes),
+        "episodes_shown": [
+            {
+                "id": eid,
+                "at": fmt.clock(by_id[eid].start_s) if eid in by_id else "",
+                "peak": fmt.ms(by_id[eid].peak_ms) if eid in by_id else "",
+            }
+            for eid in shown
+        ],
+        "episodes_more": max(0, len(finding.episodes) - len(shown)),
+        "figure": figure,
+    }
+
+
+def _sorted_episodes(episodes: Sequence[SpikeEpisode]) -> list[SpikeEpisode]:
+    order = {p: i for i, (p, _) in enumerate(PERCENTILES)}
+    return sorted(episodes, key=lambda e: (order.get(e.percentile, 9), e.start_ns))
+
+
+def _episode(e: SpikeEpisode) -> dict[str, Any]:
+    return {
+        "id": e.episode_id,
+        "percentile": dict(PERCENTILES).get(e.percentile, e.percentile),
+        "start": fmt.clock(e.start_s),
+        "start_s": e.start_s,
+        "duration": fmt.seconds(e.duration_s),
+        "duration_s": e.duration_s,
+        "peak": fmt.ms(e.peak_ms),
+        "peak_ms": e.peak_ms,
+        "baseline": fmt.ms(e.baseline_ms),
+        "baseline_ms": e.baseline_ms,
+        "ratio": f"{fmt.sig(e.peak_ratio, 2)}×",
+        "causes": list(e.causes),
+    }
+
+
+def _periodicity(p: Any) -> dict[str, Any]:
+    return {
+        "percentile": dict(PERCENTILES).get(p.percentile, p.percentile),
+        "periodic": p.periodic,
+        "period": fmt.seconds(p.period_s),
+        "period_s": p.period_s,
+        "jitter": fmt.seconds(p.jitter_s),
+        "strength": fmt.sig(p.strength, 2),
+        "p_value": fmt.p_value(p.p_value),
+        "cycles": fmt.sig(p.cycles, 2),
+        "reason": p.reason,
+    }
+
+
+def _to_run_s(analysis: Analysis, t_ns: int | None) -> float | None:
+    """A wall-clock time as seconds on the run's timeline (a unit conversion)."""
+    w = analysis.windows
+    if t_ns is None or not w.t_ns:
+        return None
+    return w.t_s[0] + (t_ns - w.t_ns[0]) / 1e9
+
+
+def _recoveries(analysis: Analysis) -> list[dict[str, Any]]:
+    out = []
+    for r in analysis.recoveries:
+        out.append(
+            {
+                "at": fmt.clock(_to_run_s(analysis, r.burst_start_ns)),
+                "rate": fmt.rate(r.rate),
+                "pre_p99": fmt.ms(r.pre_burst_p99_ms),
+                "band": fmt.ms(r.band_upper_ms),
+                "peak_p99": fmt.ms(r.peak_p99_ms),
+                "recovered": r.recovered,
+                "recovery": fmt.seconds(r.recovery_s) if r.recovered else "not recovered",
+                "recovery_s": r.recovery_s,
+                "batch": f"{fmt.sig(r.batch_size_mean_before)} → {fmt.sig(r.batch_size_mean_during)}",
+                "queue": f"{fmt.ms(r.queue_ms_before)} → {fmt.ms(r.queue_ms_during)}",
+                "detail": r.detail,
+            }
+        )
+    return out
+
+
+def _knee(analysis: Analysis) -> dict[str, Any] | None:
+    k = analysis.knee
+    if k is None:
+        return None
+    return {
+        "found": k.found,
+        "offered": fmt.rate(k.knee_offered_rps),
+        "achieved": fmt.rate(k.knee_achieved_rps),
+        "reason": k.reason,
+        "steps": [
+            {
+                "offered": fmt.rate(s.offered_rps),
+                "achieved": fmt.rate(s.achieved_rps),
+                "p99": fmt.ms(s.p99_ms),
+                "errors": fmt.pct(s.error_pct),
+                "queue_growing": s.queue_growing,
+                "ok": s.ok,
+                "reason": s.reason,
+            }
+            for s in k.steps
+        ],
+    }
+
+
+def _soak(analysis: Analysis) -> dict[str, Any] | None:
+    s = analysis.soak
+    if s is None:
+        return None
+    return {
+        "duration": fmt.seconds(s.duration_s),
+        "summary": s.summary,
+        "trends": [
+            {
+                "metric": t.metric,
+                "slope": f"{fmt.with_unit(t.slope_per_hour, t.unit)}/h",
+                "interval": (
+                    f"{fmt.with_unit(t.slope_low_per_hour, t.unit)} … "
+                    f"{fmt.with_unit(t.slope_high_per_hour, t.unit)}"
+                ),
+                "start": fmt.with_unit(t.start_value, t.unit),
+                "end": fmt.with_unit(t.end_value, t.unit),
+                "exhaustion": fmt.sig(t.hours_to_exhaustion) + " h"
+                if t.hours_to_exhaustion is not None
+                else "n/a",
+                "significant": t.significant,
+                "detail": t.detail,
+            }
+            for t in s.trends
+        ],
+    }
+
+
+# --- metadata -----------------------------------------------------------------
+
+
+def _kv(params: Mapping[str, Any] | None) -> str:
+    if not params:
+        return "none"
+    return ", ".join(f"{k}={_plain(v)}" for k, v in params.items())
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _metadata(run: Run, analysis: Analysis) -> list[dict[str, str]]:
+    """Label/value rows: what ran, where, with what; every value is a plain string."""
+    m = run.manifest
+    env = m.get("environment") or {}
+    host = env.get("host") or {}
+    gpu = env.get("gpu") or {}
+    server = env.get("server") or {}
+    scenario = m.get("scenario") or {}
+    target = m.get("target") or {}
+    rows: list[tuple[str, str]] = [
+        ("Run", f"{analysis.run.run_id} ({analysis.run.status}, {analysis.run.kind})"),
+        ("Started", fmt.utc(analysis.run.start_ns)),
+        ("Duration", fmt.seconds(analysis.run.duration_s)),
+        ("Scenario", str(scenario.get("name") or analysis.run.scenario or "none")),
+        ("Scenario file", str(scenario.get("path") or "n/a")),
+        ("Parameters", _kv(scenario.get("params"))),
+        ("Command line", shlex.join(str(a) for a in m.get("command_line") or []) or "n/a"),
+        (
+            "Target",
+            f"{target.get('url') or analysis.run.target_url or 'n/a'} "
+            f"({target.get('protocol') or 'n/a'}"
+            f"{', embedded' if target.get('embedded') else ''})",
+        ),
+        ("Model", str(target.get("model") or analysis.run.model or "n/a")),
+        ("SLO", f"{_kv(m.get('slo'))} (thresholds from {analysis.verdict.source})"),
+        ("Analysis window", fmt.seconds(analysis.window_s)),
+    ]
+    if server:
+        rows.append(("Server", f"{server.get('name', 'n/a')} {server.get('version', '')}".strip()))
+    rows.append(
+        (
+            "Host",
+            f"{host.get('hostname', 'n/a')}: {host.get('os', 'n/a')}, "
+            f"{host.get('cpu_model', 'n/a')}, {host.get('cores_logical', '?')} logical cores, "
+            f"{fmt.size_bytes(host.get('memory_bytes'))} memory, "
+            f"governor {host.get('governor', 'n/a')}, Python {host.get('python', 'n/a')}",
+        )
+    )
+    rows.append(("GPU", _gpu_text(gpu, analysis.run.gpu_kind)))
+    sources = m.get("sources") or []
+    if sources:
+        rows.append(
+            (
+                "Telemetry sources",
+                "; ".join(
+                    f"{s.get('name')} every {s.get('interval_s')} s"
+                    + (" (simulated)" if s.get("simulated") else "")
+                    + (f" [{s.get('warning')}]" if s.get("warning") else "")
+                    for s in sources
+                ),
+            )
+        )
+    rows.append(
+        (
+            "loadkit",
+            f"recorded with {analysis.run.loadkit_version or 'n/a'}, analyzed with "
+            f"{analysis.run.analyzed_with}, report by {__version__}",
+        )
+    )
+    return [{"label": label, "value": value} for label, value in rows]
+
+
+def _gpu_text(gpu: Mapping[str, Any], gpu_kind: str) -> str:
+    kind = gpu.get("kind") or gpu_kind
+    if kind == "none":
+        return "none recorded"
+    devices = gpu.get("devices") or []
+    described = [
+        f"#{d.get('index', '?')} {d.get('name', 'unknown')}, driver {d.get('driver', 'n/a')}, "
+        f"CUDA {d.get('cuda', 'n/a')}, power limit {fmt.sig(d.get('power_limit_w'))} W, "
+        f"max SM clock {fmt.sig(d.get('max_sm_clock_mhz'))} MHz"
+        for d in devices
+    ]
+    text = "; ".join(described) or "no device details"
+    return f"simulated ({text})" if kind == "simulated" else text
+
+
+def _model_configs(manifest: Mapping[str, Any]) -> list[dict[str, str]]:
+    server = (manifest.get("environment") or {}).get("server") or {}
+    models = server.get("models") or {}
+    return [
+        {"name": str(name), "config": json.dumps(cfg, indent=2, sort_keys=True, default=str)}
+        for name, cfg in sorted(models.items())
+    ]
+
+
+def _notes(run: Run, analysis: Analysis) -> list[str]:
+    notes = [str(n) for n in run.manifest.get("notes") or []]
+    notes += list(analysis.notes)
+    seen: set[str] = set()
+    return [n for n in notes if not (n in seen or seen.add(n))]  # type: ignore[func-returns-value]
+
+
+# --- figures -----------------------------------------------------------------
+
+
+def _spans(analysis: Analysis) -> list[Span]:
+    spans: list[Span] = []
+    start: float | None = None
+    for mark in analysis.phases:
+        if mark.name == "burst-start":
+            start = mark.t_s
+        elif mark.name == "burst-end" and start is not None:
+            spans.append(Span(start, mark.t_s, "burst"))
+            start = None
+    if start is not None and analysis.windows.t_s:
+        spans.append(Span(start, analysis.windows.t_s[-1] + analysis.window_s, "burst"))
+    for rec in analysis.recoveries:
+        end = _to_run_s(analysis, rec.burst_end_ns)
+        back = _to_run_s(analysis, rec.recovered_at_ns)
+        if rec.recovered and end is not None and back is not None and back > end:
+            spans.append(Span(end, back, "recovery"))
+    for e in analysis.episodes_for("p99"):
+        spans.append(Span(e.start_s, e.start_s + e.duration_s, "episode"))
+    for interval in getattr(analysis, "intervals", ()) or ():
+        kind = str(interval.kind)
+        if kind.startswith("gpu"):
+            spans.append(Span(interval.start_s, interval.end_s, "throttle"))
+        elif kind.startswith("cgroup"):
+            spans.append(Span(interval.start_s, interval.end_s, "cgroup"))
+        elif kind.startswith("fault"):
+            spans.append(Span(interval.start_s, interval.end_s, "fault"))
+    return spans
+
+
+def _timeline(analysis: Analysis) -> Timeline:
+    w = analysis.windows
+    tel = analysis.telemetry
+    batch = tel.batch_sizes
+    batch_by_size = None
+    if batch is not None and batch.counts and batch.sizes:
+        # counts[window][size] -> [size][window]: the heatmap's rows are sizes.
+        batch_by_size = [list(col) for col in zip(*batch.counts, strict=True)]
+    return Timeline(
+        t_s=w.t_s,
+        latency_ms={label: w.corrected.percentile(name) for name, label in PERCENTILES},
+        slo_p99_ms=slo_threshold(analysis, "p99"),
+        offered_rps=w.offered_rps,
+        achieved_rps=w.throughput_rps,
+        spans=_spans(analysis),
+        gpu_util_pct=tel.gpu_util_pct,
+        sm_clock_mhz=tel.gpu_sm_clock_mhz,
+        sm_clock_max_mhz=tel.gpu_sm_clock_max_mhz,
+        temp_c=tel.gpu_temp_c,
+        power_w=tel.gpu_power_w,
+        power_limit_w=tel.gpu_power_limit_w,
+        gpu_simulated=analysis.run.gpu_kind == "simulated",
+        cpu_per_core_pct=getattr(tel, "cpu_per_core_pct", None),
+        cpu_busiest_core_pct=tel.cpu_core_max_pct,
+        cpu_mean_pct=tel.cpu_mean_pct,
+        cgroup_throttled_pct=tel.cgroup_throttled_pct,
+        batch_sizes=tuple(batch.sizes) if batch is not None else (),
+        batch_executions=batch_by_size,
+        queue_ms=tel.queue_ms_per_request,
+        compute_ms=tel.compute_ms_per_request,
+    )
+
+
+def _batch_phases(analysis: Analysis) -> BatchPhasePlot | None:
+    phases = getattr(analysis, "batch_by_phase", None)
+    if not phases:
+        return None
+    sizes = tuple(phases[0].sizes)
+    return BatchPhasePlot(sizes=sizes, share_by_phase={p.phase: tuple(p.share) for p in phases})
+
+
+def _figures(analysis: Analysis) -> dict[str, Any]:
+    n = analysis.nines
+    return {
+        "timeline": _timeline(analysis),
+        "nines": NinesPlot(
+            distributions=[
+                Distribution("corrected (from intended send)", n.percentiles, n.corrected_ms),
+                Distribution("service time (from actual send)", n.percentiles, n.service_ms),
+            ],
+            slo_p99_ms=slo_threshold(analysis, "p99"),
+        ),
+        "batch_phases": _batch_phases(analysis),
+    }

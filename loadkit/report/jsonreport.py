@@ -1,0 +1,164 @@
+"""The JSON report: a small, stable summary for dashboards and pipelines.
+
+Keys are documented in docs/reports.md and only ever added to; a consumer can
+rely on every key listed there. `report_schema` changes only if a key is
+removed or changes meaning. For everything else, read `analysis.json`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from loadkit import __version__
+from loadkit.analysis.model import Analysis, to_jsonable
+from loadkit.rundir import Run
+
+# History:
+#   1 (loadkit 0.1.0): first version.
+REPORT_SCHEMA = 1
+
+
+class JsonReporter:
+    """`render(run, analysis, html_path=None) -> str`: a pure function of its inputs."""
+
+    output_file_extension = "json"
+
+    def render(self, run: Run, analysis: Analysis, html_path: str | None = None) -> str:
+        doc = build_document(run, analysis, html_path)
+        return json.dumps(to_jsonable(doc), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def build_document(run: Run, analysis: Analysis, html_path: str | None = None) -> dict[str, Any]:
+    """The report as plain data (numbers stay numbers; units are in the key names)."""
+    a = analysis
+    o = a.overall
+    c = o.corrected
+    s = o.service
+    manifest = run.manifest
+    return {
+        "report_schema": REPORT_SCHEMA,
+        "generator": f"loadkit {__version__}",
+        "run": {
+            "run_id": a.run.run_id,
+            "status": a.run.status,
+            "kind": a.run.kind,
+            "scenario": a.run.scenario,
+            "scenario_params": (manifest.get("scenario") or {}).get("params") or {},
+            "model": a.run.model,
+            "target_url": a.run.target_url,
+            "start_ns": a.run.start_ns,
+            "end_ns": a.run.end_ns,
+            "duration_s": a.run.duration_s,
+            "gpu_kind": a.run.gpu_kind,
+            "simulated": a.run.simulated,
+            "loadkit_version": a.run.loadkit_version,
+            "window_s": a.window_s,
+        },
+        "verdict": {
+            "passed": a.verdict.passed,
+            "summary": a.verdict.summary,
+            "source": a.verdict.source,
+            "slos": [
+                {
+                    "name": v.name,
+                    "threshold": v.threshold,
+                    "unit": v.unit,
+                    "observed": v.observed,
+                    "passed": v.passed,
+                }
+                for v in a.verdict.slos
+            ],
+        },
+        "headline": a.headline,
+        "numbers": {
+            "duration_s": o.duration_s,
+            "offered_rps": o.offered_rps,
+            "achieved_rps": o.throughput_rps,
+            "requests_offered": o.offered,
+            "requests_completed": o.completed,
+            "requests_ok": o.ok,
+            "errors": o.errors,
+            "error_pct": o.error_pct,
+            "dropped": o.dropped,
+            "dropped_pct": o.dropped_pct,
+            "error_kinds": dict(o.error_kinds),
+            "p50_ms": c.p50_ms,
+            "p90_ms": c.p90_ms,
+            "p95_ms": c.p95_ms,
+            "p99_ms": c.p99_ms,
+            "p999_ms": c.p999_ms,
+            "max_ms": c.max_ms,
+            "service_p50_ms": s.p50_ms,
+            "service_p99_ms": s.p99_ms,
+            "service_p999_ms": s.p999_ms,
+        },
+        "findings": [
+            {
+                "cause": f.cause,
+                "title": f.title,
+                "confidence": f.confidence,
+                "summary": f.summary,
+                "action": f.action,
+                "episodes": list(f.episodes),
+                "episodes_total": f.episodes_total,
+                "coincidence": f.coincidence,
+                "baseline_rate": f.baseline_rate,
+                "lift": f.lift,
+                "p_value": f.p_value,
+                "lag_s": f.lag_s,
+                "evidence": [
+                    {"name": e.name, "value": e.value, "unit": e.unit, "note": e.note}
+                    for e in f.evidence
+                ],
+            }
+            for f in a.findings
+        ],
+        "episodes": [
+            {
+                "id": e.episode_id,
+                "percentile": e.percentile,
+                "start_ns": e.start_ns,
+                "start_s": e.start_s,
+                "duration_s": e.duration_s,
+                "peak_ms": e.peak_ms,
+                "baseline_ms": e.baseline_ms,
+                "causes": list(e.causes),
+            }
+            for e in a.episodes
+        ],
+        "periodicity": [
+            {
+                "percentile": p.percentile,
+                "periodic": p.periodic,
+                "period_s": p.period_s,
+                "jitter_s": p.jitter_s,
+            }
+            for p in a.periodicity
+        ],
+        "recoveries": [
+            {
+                "burst_start_ns": r.burst_start_ns,
+                "rate": r.rate,
+                "recovered": r.recovered,
+                "recovery_s": r.recovery_s,
+                "peak_p99_ms": r.peak_p99_ms,
+            }
+            for r in a.recoveries
+        ],
+        "alerts": [
+            {"name": al.name, "severity": al.severity, "message": al.message} for al in a.alerts
+        ],
+        "knee": None
+        if a.knee is None
+        else {
+            "found": a.knee.found,
+            "offered_rps": a.knee.knee_offered_rps,
+            "achieved_rps": a.knee.knee_achieved_rps,
+        },
+        "html_report": html_path,
+    }
+
+
+def render(run: Run, analysis: Analysis, html_path: str | None = None) -> str:
+    return JsonReporter().render(run, analysis, html_path)
