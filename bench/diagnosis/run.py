@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("reports/diagnosis"))
     parser.add_argument("--duration", type=float, default=DEFAULT_DURATION_S, help="load seconds")
     parser.add_argument("--score-only", action="store_true", help="score runs already in OUT/runs")
+    parser.add_argument(
+        "--no-wait-quiet",
+        action="store_true",
+        help="do not wait (up to 2 min) for a mostly idle host before each run",
+    )
     args = parser.parse_args(argv)
     seeds = parse_seeds(args.seeds)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -62,7 +67,12 @@ def main(argv: list[str] | None = None) -> int:
                 if (path / "manifest.json").exists():
                     paths.append(path)
                 continue
-            result = generate_run(plan, runs_dir, log=lambda s: print(s, flush=True))
+            result = generate_run(
+                plan,
+                runs_dir,
+                log=lambda s: print(s, flush=True),
+                wait_quiet=not args.no_wait_quiet,
+            )
             if result.path is None:
                 skipped.append(f"{plan.run_id}: {result.skipped}")
             else:

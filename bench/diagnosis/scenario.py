@@ -30,7 +30,7 @@ SCENARIO = Scenario(
     description=__doc__ or "",
     params={
         "rate": Param(60.0, "arrivals/s (the base rate when bursting)"),
-        "duration_s": Param(50.0, "run length in seconds"),
+        "duration_s": Param(70.0, "run length in seconds"),
         "burst_multiplier": Param(1.0, "peak = rate x multiplier; 1 = no bursts"),
         "burst_period_s": Param(15.0, "seconds between burst starts"),
         "burst_duty": Param(0.25, "share of each period at the peak"),

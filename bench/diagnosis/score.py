@@ -25,10 +25,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from loadkit.analysis import model as m
 from loadkit.analysis.model import Analysis
+from loadkit.analysis.periodicity import run_period
 from loadkit.analysis.pipeline import analyze_run
 from loadkit.rundir import Run, load_run
 
@@ -85,6 +87,11 @@ class RunScore:
     period_error: float | None
     headline: str
     notes: list[str] = field(default_factory=list)
+    # The machine's load around the run (1-min load average before/after) and the
+    # median host CPU during it: on a shared host other users' work shows here.
+    load1_before: float | None = None
+    load1_after: float | None = None
+    host_cpu_median_pct: float | None = None
 
     @property
     def top(self) -> str:
@@ -175,9 +182,13 @@ def score_run(path: Path, *, save_analysis: bool = True) -> RunScore:
     ranks = {c: (order.index(c) + 1 if c in order else None) for c in true_causes}
     injected = true_period(plan)
     primary = episodes[0].percentile if episodes else "p99"
-    per = next((p for p in analysis.periodicity if p.percentile == primary), None)
-    detected = per.period_s if per is not None and per.periodic else None
+    # The analyzer's period of the run (the headline's): the attributed
+    # percentile's, else the most significant other percentile's.
+    per = run_period(analysis.periodicity, primary)
+    detected = per.period_s if per is not None else None
     error = abs(detected - injected) / injected if detected and injected else None
+    load = plan.get("host_load") or {}
+    cpu = [v for v in (analysis.telemetry.cpu_mean_pct or ()) if v is not None]
     return RunScore(
         run_id=run.run_id,
         case=str(plan.get("case", "unknown")),
@@ -194,6 +205,9 @@ def score_run(path: Path, *, save_analysis: bool = True) -> RunScore:
         period_error=error,
         headline=analysis.headline,
         notes=list(analysis.notes),
+        load1_before=(load.get("before") or {}).get("load1"),
+        load1_after=(load.get("after") or {}).get("load1"),
+        host_cpu_median_pct=float(median(cpu)) if cpu else None,
     )
 
 
@@ -248,6 +262,10 @@ def _fmt(value: float | None, pct: bool = True) -> str:
     return f"{100 * value:.0f}%" if pct else f"{value:.3f}"
 
 
+def _num(value: float | None, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:.1f}{unit}"
+
+
 def markdown(summary: dict[str, Any], scores: Sequence[RunScore], title: str) -> str:
     """The results table, the confusion matrix and one line per run."""
     lines = [f"### {title}", ""]
@@ -278,19 +296,21 @@ def markdown(summary: dict[str, Any], scores: Sequence[RunScore], title: str) ->
         lines.append(f"| {case} | " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
     lines += [
         "",
-        "| run | findings (analyzer order) | episodes (matched) | truth windows (recalled) | period injected / found |",
-        "|---|---|---|---|---|",
+        "| run | findings (analyzer order) | episodes (matched) | truth windows (recalled) | period injected / found | load1 before / after | host CPU (median) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for s in scores:
         found = ", ".join(f"{c} ({conf})" for c, conf in s.findings) or "none"
         period = (
             f"{s.true_period_s:.2f} / {s.detected_period_s:.2f}"
             if s.true_period_s and s.detected_period_s
-            else f"{s.true_period_s or '-'} / {s.detected_period_s or '-'}"
+            else f"{_num(s.true_period_s) if s.true_period_s else '-'} / "
+            f"{_num(s.detected_period_s) if s.detected_period_s else '-'}"
         )
         lines.append(
             f"| {s.run_id} | {found} | {s.episodes} ({s.episodes_matched}) | "
-            f"{s.truth_windows} ({s.windows_recalled}) | {period} |"
+            f"{s.truth_windows} ({s.windows_recalled}) | {period} | "
+            f"{_num(s.load1_before)} / {_num(s.load1_after)} | {_num(s.host_cpu_median_pct, '%')} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -40,7 +40,13 @@ from loadkit.analysis.model import (
     Finding,
     SpikeEpisode,
 )
-from loadkit.analysis.telemetry import GpuSeries, HostSeries, RequestSampleSeries, TritonSeries
+from loadkit.analysis.telemetry import (
+    GpuSeries,
+    HostSeries,
+    RequestSampleSeries,
+    TritonSeries,
+    new_connections_per_s,
+)
 
 LEAD_WINDOWS = 2
 BASELINE_MARGIN_WINDOWS = 2
@@ -52,10 +58,18 @@ CGROUP_THROTTLED_PCT = 10.0
 CHURN_NEW_CONN_SHARE = 0.05
 CHURN_MIN_PER_S = 5.0
 STALL_THROUGHPUT_SHARE = 0.1
+# A window completing under half its arrivals is part of a stop's onset, not its "before".
+STALL_ONSET_SHARE = 0.5
 BATCH_PINNED_SHARE = 0.8
+# Arrivals 25 % over their baseline: beyond the Poisson noise of a 1 s window
+# at >= 100 requests (about 10 %), well under any burst worth the name.
+BURST_ARRIVALS_RISE = 1.25
 QUEUE_SHARE_OF_LATENCY = 0.4
 QUEUE_NEAR_WINDOW = 1.5  # queue wait up to 1.5x max_queue_delay (+1 ms) counts as the window's
 FIRST_REQUEST_SLOWDOWN = 1.2  # churn needs the first request on a connection this much slower
+# Half the requests or more open a connection, run-long: keep-alive is off (a
+# standing condition), not reconnect bursts, which touch a few % of requests.
+RUN_LEVEL_CHURN_SHARE = 0.5
 
 TITLES = {
     CAUSE_ARRIVAL_BURST: "Arrival burst beyond capacity",
@@ -290,7 +304,18 @@ def arrival_burst_signature(sig: Signals, baseline: np.ndarray) -> Signature:
         pinned = np.nan_to_num(tr.batch_size_mean, nan=0.0) >= BATCH_PINNED_SHARE * float(
             sig.max_batch_size or 1
         )
-        holds = _flag((over | pinned) & unchanged & (sig.offered_rps > 0), sig.offered_rps)
+        # A burst is arrivals rising: at the usual arrival rate, full batches and
+        # a capacity "exceeded" are a backlog draining after a stall or a slow
+        # spell (whose Triton statistics also charge the stopped time as compute).
+        offered_base = _median(sig.offered_rps, baseline)
+        arrivals_up = (
+            np.nan_to_num(sig.offered_rps, nan=0.0) >= BURST_ARRIVALS_RISE * offered_base
+            if offered_base
+            else np.ones(sig.n, dtype=bool)
+        )
+        holds = _flag(
+            (over | pinned) & unchanged & arrivals_up & (sig.offered_rps > 0), sig.offered_rps
+        )
         with np.errstate(invalid="ignore", divide="ignore"):
             metric = sig.offered_rps / nominal
     else:
@@ -401,6 +426,10 @@ def cpu_saturation_signature(sig: Signals, baseline: np.ndarray) -> Signature:
         if q_base is not None:
             cond &= np.nan_to_num(q, nan=0.0) <= max(2.0 * q_base, q_base + 1.0)
         client_minus_server = sig.service_p50_ms - (q + sig.triton.batch_compute_ms)
+    if host.has_cgroup:
+        # The server used up its own CPU quota: it waited for its cgroup, not for
+        # the host's busy cores (cgroup_throttling explains those windows).
+        cond &= np.nan_to_num(host.cgroup_throttled_pct, nan=0.0) < CGROUP_THROTTLED_PCT
     holds = _flag(cond, busy)
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
@@ -437,9 +466,10 @@ def cgroup_throttling_signature(sig: Signals, baseline: np.ndarray) -> Signature
         return _na(cause, "not assessable: host data has no cgroup_nr_periods/nr_throttled")
     pct = host.cgroup_throttled_pct
     base_pct = _median(pct, baseline) or 0.0
+    # No condition on the host's idle cores: a period is throttled only when the
+    # cgroup used up its quota, so throttled periods prove the quota binds even
+    # on a host that other work keeps busy (idle cores are reported as evidence).
     cond = np.nan_to_num(pct, nan=0.0) >= max(CGROUP_THROTTLED_PCT, 2.0 * base_pct)
-    if host.has_per_core:
-        cond &= np.nan_to_num(host.idle_cores, nan=1.0) >= 1.0
     holds = _flag(cond, pct)
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
@@ -457,38 +487,52 @@ def cgroup_throttling_signature(sig: Signals, baseline: np.ndarray) -> Signature
 
 
 def connection_churn_signature(sig: Signals, baseline: np.ndarray) -> Signature:
-    """New connections per second rising; the first request on a connection is slow."""
+    """New connections per second rising; the first request on a connection is slow.
+
+    When most requests open a connection all run long (keep-alive off), there
+    is no baseline to contrast episodes with: that is a standing condition,
+    reported like the batching window (`run_level`).
+    """
     cause = CAUSE_CONNECTION_CHURN
-    rate: np.ndarray | None = None
-    source = ""
-    if sig.host is not None and sig.host.has_tcp:
-        rate, source = sig.host.tcp_new_connections_per_s, "host TCP opens"
-    elif sig.samples is not None:
-        rate = sig.samples.new_connection_frac * sig.throughput_rps
-        source = "request samples"
+    rate, source = new_connections_per_s(sig.host, sig.samples, sig.throughput_rps)
     if rate is None:
-        return _na(cause, "not assessable: no host tcp_new_connections or request samples")
-    base_rate = _median(rate, baseline) or 0.0
+        return _na(cause, "not assessable: no request samples or host tcp_new_connections")
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = rate / sig.throughput_rps
-    cond = (np.nan_to_num(rate, nan=0.0) >= max(CHURN_MIN_PER_S, 4.0 * base_rate + 1.0)) & (
-        np.nan_to_num(share, nan=0.0) >= CHURN_NEW_CONN_SHARE
-    )
+        share = np.where(sig.throughput_rps > 0, rate / sig.throughput_rps, np.nan)
     first, reused = (
         (sig.samples.first_request_ms, sig.samples.reused_request_ms)
         if sig.samples is not None
         else (None, None)
     )
-    if first is not None and reused and first < FIRST_REQUEST_SLOWDOWN * reused:
-        # New connections that are not slower (e.g. the user pool growing) cost nothing.
+    # New connections that are not slower (e.g. the user pool growing) cost nothing.
+    not_slower = (
+        first is not None and reused is not None and first < FIRST_REQUEST_SLOWDOWN * reused
+    )
+    run_share = float(np.nanmedian(share)) if np.any(~np.isnan(share)) else 0.0
+    run_level = run_share >= RUN_LEVEL_CHURN_SHARE
+    if run_level:
+        cond = np.nan_to_num(share, nan=0.0) >= RUN_LEVEL_CHURN_SHARE
+    else:
+        base_rate = _median(rate, baseline) or 0.0
+        cond = (np.nan_to_num(rate, nan=0.0) >= max(CHURN_MIN_PER_S, 4.0 * base_rate + 1.0)) & (
+            np.nan_to_num(share, nan=0.0) >= CHURN_NEW_CONN_SHARE
+        )
+    if not_slower:
         cond = np.zeros(sig.n, dtype=bool)
-    holds = _flag(cond, rate)
+    holds = _flag(cond, rate if not run_level else share)
+    outside = None
+    if sig.triton is not None:
+        # Time a request spends outside Triton (client, network, connection setup).
+        outside = sig.service_p50_ms - (
+            sig.triton.queue_ms_per_request + sig.triton.batch_compute_ms
+        )
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
         out = [
             Evidence("new_connections_in_episodes", _mean(rate, ep), "/s", source),
             Evidence("new_connections_baseline", _median(rate, base), "/s"),
             Evidence("new_connection_share_in_episodes", _mean(share, ep), "of requests"),
+            Evidence("new_connection_share_run", run_share, "of requests", "median window"),
         ]
         if sig.samples is not None:
             out += [
@@ -502,9 +546,18 @@ def connection_churn_signature(sig: Signals, baseline: np.ndarray) -> Signature:
                     "reused_connection_latency", sig.samples.reused_request_ms, "ms", "median"
                 ),
             ]
+        if outside is not None:
+            out.append(
+                Evidence(
+                    "outside_server_time",
+                    _median(outside, ep if ep.any() else base),
+                    "ms",
+                    "median service latency minus Triton queue + compute",
+                )
+            )
         return out
 
-    return Signature(cause, holds, rate, evidence)
+    return Signature(cause, holds, rate, evidence, run_level=run_level)
 
 
 def process_stall_signature(sig: Signals, baseline: np.ndarray) -> Signature:
@@ -522,12 +575,20 @@ def process_stall_signature(sig: Signals, baseline: np.ndarray) -> Signature:
     holds = np.zeros(n)
     q = sig.triton.queue_ms_per_request if sig.triton is not None else None
     q_base = _median(q, baseline) if q is not None else None
+    short = np.nan_to_num(ratio, nan=1.0) < STALL_ONSET_SHARE
     for i in np.nonzero(stalled)[0]:
         after = done[i + 1 : i + 4]
         catch_up = after.size and np.nanmax(after) >= 1.5 * max(typical, 1.0)
+        # "Before" is the window before the stop began: the window holding the
+        # SIGSTOP itself already completes little, and Triton charges the stopped
+        # time to the queue of the requests caught in it.
+        onset = i
+        while onset > max(0, i - LEAD_WINDOWS) and short[onset - 1]:
+            onset -= 1
+        j = onset - 1
         before_ok = True
-        if q is not None and q_base is not None and i >= 1 and not np.isnan(q[i - 1]):
-            before_ok = q[i - 1] <= max(3.0 * q_base, q_base + 2.0)
+        if q is not None and q_base is not None and j >= 0 and not np.isnan(q[j]):
+            before_ok = q[j] <= max(3.0 * q_base, q_base + 2.0)
         if catch_up and before_ok:
             holds[i] = 1.0
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -766,6 +827,16 @@ def _summary(
             f"Container CPU quota throttled {_fmt(_ev(ev, 'throttled_periods_in_episodes'))}% of periods "
             f"(baseline {_fmt(_ev(ev, 'throttled_periods_baseline'))}%) in {eps} while "
             f"{_fmt(_ev(ev, 'idle_cores_in_episodes'), '', 1)} host cores were idle."
+        )
+    if cause == CAUSE_CONNECTION_CHURN and run_share is not None:
+        new_share = _ev(ev, "new_connection_share_run")
+        reused = _ev(ev, "reused_connection_latency")
+        return (
+            f"{_fmt(None if new_share is None else 100 * new_share)}% of requests open a new connection "
+            f"(in {run_share:.0%} of windows: keep-alive is off); requests on a new connection "
+            f"take {_fmt(_ev(ev, 'first_request_latency'), '', 1)} ms"
+            + (f" vs {_fmt(reused, '', 1)} ms reused" if reused is not None else "")
+            + f", {_fmt(_ev(ev, 'outside_server_time'), '', 1)} ms of it outside Triton."
         )
     if cause == CAUSE_CONNECTION_CHURN:
         return (

@@ -162,6 +162,8 @@ class TelemetryWindows:
     compute_ms_per_request: Series | None = None  # compute_infer time / inferences
     compute_ms_per_execution: Series | None = None  # compute_infer time / executions
     batch_sizes: BatchSizeMatrix | None = None
+    # Per core (outer), one window mean per window (inner), from host `cpu_per_core_pct`.
+    cpu_per_core_pct: tuple[Series, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -275,6 +277,25 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class AlignedSignal:
+    """A cause's signal averaged over episodes, aligned at each episode's start (t = 0).
+
+    Shows whether the cause leads the symptom: `p99_ms` is P99 averaged the same way.
+    """
+
+    signal: str  # the series averaged, e.g. "telemetry.gpu_sm_clock_mhz"
+    label: str  # axis label, e.g. "SM clock (MHz)"
+    offsets_s: tuple[float, ...]  # seconds from the episode start, one per window
+    mean: Series  # mean over the episodes at each offset
+    low: Series | None = None  # 10th percentile over the episodes at each offset
+    high: Series | None = None  # 90th percentile
+    baseline: float | None = None  # median of the signal over matched baseline windows
+    p99_ms: Series | None = None  # corrected P99 averaged the same way
+    episodes_used: int = 0  # episodes behind the average
+    anchor: str = ""  # which episodes: the finding's own, or all episodes (standing condition)
+
+
+@dataclass(frozen=True)
 class Finding:
     """A cause that explains spike episodes, with its statistics and what to do."""
 
@@ -292,6 +313,7 @@ class Finding:
     evidence: tuple[Evidence, ...]
     summary: str  # one sentence with the key numbers
     action: str  # recommended action
+    aligned: AlignedSignal | None = None  # the cause's signal around its episodes
 
 
 @dataclass(frozen=True)
@@ -416,6 +438,36 @@ class SoakDrift:
 
 
 @dataclass(frozen=True)
+class PhaseBatchHistogram:
+    """Executions per batch size within one phase of the run (steady, burst, recovery)."""
+
+    phase: str  # "steady", "burst", "recovery" (only phases with executions)
+    sizes: tuple[int, ...]  # the same sizes for every phase (BatchSizeMatrix.sizes)
+    executions: tuple[int, ...]  # executions at each size within the phase
+    share: tuple[float, ...]  # executions / all executions of the phase
+    mean_batch_size: float | None
+    windows: int = 0  # windows in the phase
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A span to shade on timelines: GPU throttling, cgroup throttling, an injected fault.
+
+    `kind`: "gpu_thermal", "gpu_power", "gpu_clock_other", "cgroup_throttled" (from
+    the per-window telemetry) or "fault:<name>" (ground truth from events.jsonl:
+    shown, never used for attribution).
+    """
+
+    kind: str
+    start_s: float  # seconds since run start
+    end_s: float
+    start_ns: int
+    end_ns: int
+    label: str = ""
+    ground_truth: bool = False  # True for injected faults (events.jsonl)
+
+
+@dataclass(frozen=True)
 class Analysis:
     """Everything `loadkit analyze` concluded about one run (analysis.json)."""
 
@@ -438,6 +490,8 @@ class Analysis:
     soak: SoakDrift | None
     headline: str  # one sentence: verdict and the top finding
     notes: tuple[str, ...]  # warnings and choices made (window widening, missing sources)
+    batch_by_phase: tuple[PhaseBatchHistogram, ...] = ()  # batch-size histogram per phase
+    intervals: tuple[Interval, ...] = ()  # throttle / cgroup / fault spans, by start time
 
     def to_dict(self) -> dict[str, Any]:
         return typing.cast(dict[str, Any], to_jsonable(self))

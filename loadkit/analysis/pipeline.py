@@ -13,6 +13,7 @@ from loadkit import __version__
 from loadkit.analysis import attribution as attr
 from loadkit.analysis.align import NS, WindowGrid, make_grid
 from loadkit.analysis.episodes import baseline_windows_for, find_episodes
+from loadkit.analysis.figures import with_figure_values
 from loadkit.analysis.model import (
     SCHEMA_VERSION,
     Analysis,
@@ -37,7 +38,7 @@ from loadkit.analysis.percentiles import (
     summarize,
     window_percentiles,
 )
-from loadkit.analysis.periodicity import detect_periodicity
+from loadkit.analysis.periodicity import detect_periodicity, run_period
 from loadkit.analysis.telemetry import (
     align_gpu,
     align_host,
@@ -382,9 +383,9 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         _array(corrected.latency.p50_ms),
         window_s,
     )
-    periodic = next((p for p in periodicity if p.percentile == primary), None)
+    periodic = run_period(periodicity, primary)
     notes.extend(run.warnings)
-    return Analysis(
+    analysis = Analysis(
         schema_version=SCHEMA_VERSION,
         run=_run_info(run, start, end),
         window_s=window_s,
@@ -405,15 +406,22 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         headline=headline(
             verdict,
             attribution.findings,
-            periodic.period_s if periodic and periodic.periodic else None,
+            periodic.period_s if periodic else None,
             primary,
+            periodic.percentile if periodic else None,
         ),
         notes=tuple(notes),
     )
+    # Figure values (aligned signals, batch sizes per phase, shaded intervals, CPU per core).
+    return with_figure_values(analysis, grid, run, gpu, host, start + int(warmup_s * NS))
 
 
 def headline(
-    verdict: Verdict, findings: list[Finding], period_s: float | None, percentile: str
+    verdict: Verdict,
+    findings: list[Finding],
+    period_s: float | None,
+    percentile: str,
+    period_percentile: str | None = None,
 ) -> str:
     """One sentence: verdict and the top finding."""
     state = "PASS" if verdict.passed else "FAIL"
@@ -421,6 +429,8 @@ def headline(
         return f"{state}. No cause found for latency spikes." if not verdict.passed else f"{state}."
     top = findings[0]
     periodic = f" every {period_s:.0f} s" if period_s else ""
+    if period_s and period_percentile and period_percentile != percentile:
+        periodic += f" (period seen in {period_percentile.upper()})"
     n = len(top.episodes)
     scope = (
         f"{n} {percentile.upper()} spike episode{'s' if n != 1 else ''}{periodic}"

@@ -232,9 +232,11 @@ class HostSeries:
     cgroup_throttled_ms_per_s: np.ndarray
     server_rss_bytes: np.ndarray
     tcp_new_connections_per_s: np.ndarray
+    server_new_connections_per_s: np.ndarray  # connections to the server's listening ports
     has_per_core: bool
     has_cgroup: bool
     has_tcp: bool
+    has_server_tcp: bool
     counter_resets: int
 
 
@@ -293,6 +295,8 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
         throttled_ms = ns_rate / 1e6
     rss = numeric(frame, "server_rss_bytes")
     tcp = numeric(frame, "tcp_new_connections")
+    server_tcp = numeric(frame, "server_new_connections")
+    interval_start = t - _sample_interval_ns(t)
     return HostSeries(
         cpu_core_max_pct=core_max,
         cpu_mean_pct=core_mean,
@@ -303,13 +307,19 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
         cgroup_throttled_ms_per_s=throttled_ms,
         server_rss_bytes=reduce_on_grid(grid, t, rss, "max") if rss is not None else nan,
         tcp_new_connections_per_s=(
-            interval_sum_on_grid(grid, t - _sample_interval_ns(t), tcp) / grid.window_s
+            interval_sum_on_grid(grid, interval_start, tcp) / grid.window_s
             if tcp is not None
+            else nan
+        ),
+        server_new_connections_per_s=(
+            interval_sum_on_grid(grid, interval_start, server_tcp) / grid.window_s
+            if server_tcp is not None
             else nan
         ),
         has_per_core=has_per_core,
         has_cgroup=has_cgroup,
         has_tcp=tcp is not None,
+        has_server_tcp=server_tcp is not None,
         counter_resets=resets,
     )
 
@@ -462,6 +472,26 @@ def align_request_samples(frame: pd.DataFrame, grid: WindowGrid) -> RequestSampl
         first = float(np.median(a)) if a.size else None
         reused = float(np.median(b)) if b.size else None
     return RequestSampleSeries(frac, first, reused, int(len(frame)))
+
+
+def new_connections_per_s(
+    host: HostSeries | None, samples: RequestSampleSeries | None, throughput_rps: np.ndarray
+) -> tuple[np.ndarray | None, str]:
+    """New connections per second per window, and where the number comes from.
+
+    The request samples come first: they mark exactly which of this run's
+    requests opened a connection (share x throughput). Then the host's count
+    of connections to the server's own ports, and last the host-wide TCP
+    opens, which count every process on the machine (on a shared host, other
+    people's connections).
+    """
+    if samples is not None and np.any(~np.isnan(samples.new_connection_frac)):
+        return samples.new_connection_frac * throughput_rps, "request samples"
+    if host is not None and host.has_server_tcp:
+        return host.server_new_connections_per_s, "connections to the server's ports"
+    if host is not None and host.has_tcp:
+        return host.tcp_new_connections_per_s, "host TCP opens (all processes)"
+    return None, ""
 
 
 def events_of(frame: pd.DataFrame, kind: str, names: tuple[str, ...] | None = None) -> pd.DataFrame:

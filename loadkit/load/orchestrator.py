@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from loadkit.errors import LoadkitError, UsageError
+from loadkit.errors import LoadkitError, TargetError, UsageError
 from loadkit.load.describe import describe_scenario
 from loadkit.load.progress import LiveRunReader, Progress, ProgressPrinter
 from loadkit.load.scenario import (
@@ -58,6 +58,32 @@ class TelemetryOptions:
     metrics_url: str | None = None  # Prometheus /metrics URL
     server_pid: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # passed through to SamplerSet.start
+
+
+def check_reachable(target_url: str, timeout_s: float = 3.0) -> None:
+    """Fail before recording anything when nothing listens at the target."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(target_url if "://" in target_url else f"grpc://{target_url}")
+    host = parts.hostname
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise UsageError(f"bad --target {target_url!r}: {exc}") from exc
+    if not host:
+        raise UsageError(
+            f"bad --target {target_url!r}",
+            hint="use http://host:port for HTTP/JSON or host:port for gRPC",
+        )
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise TargetError(
+            f"cannot connect to the target {host}:{port} ({exc.strerror or exc})",
+            hint="is the server running and reachable from here? "
+            "`loadkit target` starts a local Triton to try things on",
+        ) from exc
 
 
 def _free_port() -> int:
@@ -315,6 +341,7 @@ def run_scenario(
         raise UsageError(f"--workers must be >= 0, got {workers}")
     overrides = {k: v for k, v in (params or {}).items()}
     info = describe_scenario(scenario_path, overrides, duration_s)
+    check_reachable(target_url)
     resolved_params: dict[str, Any] = info["params"]
     writer = RunWriter.create(
         out_dir=out_dir,

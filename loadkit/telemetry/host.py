@@ -113,6 +113,46 @@ def parse_tcp_opens(snmp_text: str) -> tuple[int, int] | None:
         return None
 
 
+TCP_LISTEN = "0A"  # socket state in /proc/net/tcp{,6}
+Endpoint = tuple[str, int]
+
+
+def parse_proc_net_tcp(text: str) -> list[tuple[Endpoint, Endpoint, str]]:
+    """(local, remote, state hex) per socket of /proc/net/tcp or tcp6 (addresses as hex text)."""
+    out: list[tuple[Endpoint, Endpoint, str]] = []
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        try:
+            laddr, lport = parts[1].rsplit(":", 1)
+            raddr, rport = parts[2].rsplit(":", 1)
+            out.append(((laddr, int(lport, 16)), (raddr, int(rport, 16)), parts[3]))
+        except ValueError:
+            continue
+    return out
+
+
+def server_connections(
+    sockets: list[tuple[Endpoint, Endpoint, str]], ports: set[int]
+) -> set[tuple[Endpoint, Endpoint]]:
+    """Connections to `ports`, each once as (server end, peer end), whatever their state.
+
+    A client on the same host shows both ends of a connection; either end (the
+    client's TIME_WAIT socket included, which lingers a minute after the close)
+    names the same (server end, peer end) pair, so each connection counts once.
+    """
+    out: set[tuple[Endpoint, Endpoint]] = set()
+    for local, remote, state in sockets:
+        if state == TCP_LISTEN:
+            continue
+        if local[1] in ports:
+            out.add((local, remote))
+        elif remote[1] in ports:
+            out.add((remote, local))
+    return out
+
+
 def _delta(cur: int | None, prev: int | None) -> int | None:
     if cur is None or prev is None:
         return None
@@ -146,6 +186,8 @@ class HostSampler:
         self._prev: dict[str, Any] = {}
         self._proc_times: dict[int, float] = {}
         self._procs: dict[int, psutil.Process] = {}
+        self._server_ports: set[int] = set()
+        self._server_conns: set[tuple[Endpoint, Endpoint]] | None = None
 
     def open(self) -> None:
         psutil.cpu_percent(percpu=True)  # the first call only sets the baseline
@@ -176,6 +218,7 @@ class HostSampler:
         self._server(row, elapsed_s)
         self._cgroup(row)
         self._tcp(row)
+        self._server_tcp(row)
         self._prev_t_ns = t_ns
         return [row]
 
@@ -276,3 +319,44 @@ class HostSampler:
         self._counter(row, "tcp_passive_opens", opens[1] if opens else None)
         a, p = row["tcp_active_opens_delta"], row["tcp_passive_opens_delta"]
         row["tcp_new_connections"] = None if a is None or p is None else a + p
+
+    def _listening_ports(self) -> set[int]:
+        """TCP ports the server's process tree listens on (looked up until found)."""
+        if self._server_ports or self.server_pid is None:
+            return self._server_ports
+        ports: set[int] = set()
+        try:
+            root = psutil.Process(self.server_pid)
+            for proc in [root, *root.children(recursive=True)]:
+                try:
+                    for conn in proc.net_connections(kind="tcp"):
+                        if conn.status == psutil.CONN_LISTEN and conn.laddr:
+                            ports.add(int(conn.laddr.port))
+                except psutil.Error:
+                    continue
+        except psutil.Error:
+            pass
+        self._server_ports = ports
+        return ports
+
+    def _server_tcp(self, row: Row) -> None:
+        """New connections to the server's own ports since the last sample.
+
+        Unlike the host-wide TCP opens, other processes' connections do not
+        count. A connection that opens and is gone (no TIME_WAIT left on
+        either end) between two samples is missed; the request samples are exact.
+        """
+        row["server_new_connections"] = None
+        row["server_tcp_ports"] = None
+        if self.server_pid is None:
+            return
+        ports = self._listening_ports()
+        if not ports:
+            self._warn.warn("server_ports", "server listens on no TCP port (yet); no server churn")
+            return
+        text = "".join(_read(self.proc_root / "net" / name) or "" for name in ("tcp", "tcp6"))
+        current = server_connections(parse_proc_net_tcp(text), ports)
+        row["server_tcp_ports"] = sorted(ports)
+        if self._server_conns is not None:
+            row["server_new_connections"] = len(current - self._server_conns)
+        self._server_conns = current

@@ -125,3 +125,19 @@ def test_summary_ac_at_k_confusion_and_clean_runs() -> None:
     assert summary["confusion"]["clean"] == {cpu: 1, "none": 1}
     assert summary["clean"]["above_weak"] == 1
     assert summary["per_cause"][stall]["period_within_5pct"] == 3
+
+
+def test_quiet_gate_waits_for_an_idle_host_and_gives_up_after_its_bound(monkeypatch):
+    import psutil
+
+    from bench.diagnosis.generate import host_load, wait_for_quiet_host
+
+    readings = iter([90.0, 80.0, 20.0])
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval=None: next(readings))
+    gate = wait_for_quiet_host(max_busy_pct=35.0, max_wait_s=60.0, log=lambda s: None)
+    assert gate["quiet"] is True and gate["busy_pct"] == 20.0
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval=None: 95.0)
+    said: list[str] = []
+    gate = wait_for_quiet_host(max_busy_pct=35.0, max_wait_s=0.0, log=said.append)
+    assert gate["quiet"] is False and "generating anyway" in said[0]
+    assert set(host_load()) >= {"load1", "load5", "load15", "cores"}

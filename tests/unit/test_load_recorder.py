@@ -177,3 +177,21 @@ def test_duration_sets_the_parameter_or_truncates() -> None:
 
 def test_auto_users_scale_with_peak_rate() -> None:
     assert auto_users(0) == 10 and auto_users(200) == 110 and auto_users(1e6) == 2000
+
+
+def test_unreachable_target_fails_before_recording(tmp_path) -> None:
+    import socket
+
+    import pytest
+
+    from loadkit.errors import TargetError
+    from loadkit.load.orchestrator import check_reachable
+
+    # a port that was free a moment ago: nothing listens there
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(TargetError, match=f"127.0.0.1:{port}"):
+        check_reachable(f"http://127.0.0.1:{port}", timeout_s=1.0)
+    with pytest.raises(TargetError):
+        check_reachable(f"127.0.0.1:{port}", timeout_s=1.0)  # gRPC form

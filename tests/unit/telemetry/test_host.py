@@ -10,8 +10,10 @@ import pytest
 from loadkit.telemetry.host import (
     HostSampler,
     cpu_stat_candidates,
+    parse_proc_net_tcp,
     parse_psi_some_avg10,
     parse_tcp_opens,
+    server_connections,
     throttle_from_cpu_stat,
 )
 
@@ -132,3 +134,51 @@ def test_on_this_machine() -> None:
     (row,) = sampler.sample(T + 500_000_000)
     assert row["tcp_active_opens"] is not None and row["mem_used_bytes"] > 0
     assert row["server_processes"] >= 1
+
+
+# /proc/net/tcp: a listener on 8000 (0x1F40), a client connection to it (both
+# ends, as on one host), a client TIME_WAIT socket of a closed one, and another
+# process's connection to port 443 (0x01BB), which must not count.
+PROC_NET_TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1
+   1: 0100007F:1F40 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 2 1
+   2: 0100007F:9C40 0100007F:1F40 01 00000000:00000000 00:00000000 00000000     0        0 3 1
+   3: 0100007F:9C41 0100007F:1F40 06 00000000:00000000 03:00001000 00000000     0        0 0 3
+   4: 0A00000F:D000 5DB8D822:01BB 01 00000000:00000000 00:00000000 00000000     0        0 4 1
+"""
+
+
+def test_server_connections_count_each_connection_to_the_servers_ports_once() -> None:
+    sockets = parse_proc_net_tcp(PROC_NET_TCP)
+    assert len(sockets) == 5 and sockets[0][2] == "0A"
+    conns = server_connections(sockets, {8000})
+    assert conns == {
+        (("0100007F", 8000), ("0100007F", 40000)),
+        (("0100007F", 8000), ("0100007F", 40001)),
+    }
+
+
+def test_sampler_counts_new_connections_to_the_servers_listening_port(tmp_path: Path) -> None:
+    import socket
+
+    proc, cg = fake_system(tmp_path, V1_CPU_STAT)
+    with socket.socket() as listener:  # this process plays the server: it listens
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        tcp = PROC_NET_TCP.replace(":1F40", f":{port:04X}")
+        (proc / "net" / "tcp").write_text(tcp)
+        sampler = HostSampler(server_pid=os.getpid(), proc_root=proc, cgroup_root=cg)
+        sampler.open()
+        (first,) = sampler.sample(T)
+        assert first["server_tcp_ports"] == [port]
+        assert first["server_new_connections"] is None  # nothing to compare with yet
+        # GIVEN one more connection to the server and a new one to port 443 elsewhere
+        extra = (
+            f"   5: 0100007F:9C42 0100007F:{port:04X} 01 0 00:0 0 0 0 5 1\n"
+            "   6: 0A00000F:D001 5DB8D822:01BB 01 0 00:0 0 0 0 6 1\n"
+        )
+        (proc / "net" / "tcp").write_text(tcp + extra)
+        (second,) = sampler.sample(T + 500_000_000)
+    assert second["server_new_connections"] == 1
