@@ -1,0 +1,26 @@
+"""Bare Locust, the reference for the generator benchmark: FastHttpUser posting a fixed body.
+
+    locust -f bench/locust_bare.py --headless -u 20 -r 20 -t 12s --host http://127.0.0.1:PORT
+
+No loadkit recording, no per-request payload generation: the least work
+Locust can do per request. The body is the same KServe v2 JSON (one
+candidate) that loadkit's JSON user sends in the benchmark.
+"""
+
+import json
+
+from locust import FastHttpUser, constant, task
+
+from loadkit.load.payloads import CandidateBatches, kserve_v2_json
+
+_ids, _user = CandidateBatches(1, seed=0).next()
+BODY = json.dumps(kserve_v2_json(_ids, _user))  # = bench._support.bare_body()
+HEADERS = {"Content-Type": "application/json"}
+
+
+class Bare(FastHttpUser):
+    wait_time = constant(0)
+
+    @task
+    def post(self) -> None:
+        self.client.post("/", data=BODY, headers=HEADERS)
