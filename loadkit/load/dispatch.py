@@ -6,16 +6,21 @@ queue. An arrival that waits longer than `max_start_delay_s` for a free user
 is counted as dropped (never sent, never silently skipped). Latency is
 measured from the intended time, so a slow server (or a saturated generator)
 shows up in the corrected latency instead of lowering the offered rate.
+
+Idle users block without a timeout (a pool of 1,000 users polling every
+0.1 s cost a quarter of the process's CPU) and are woken one per arrival,
+most recently idle first; stopping wakes them all.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import gevent
-from gevent.queue import Empty, Queue
+from gevent.hub import Waiter, get_hub
 
 from loadkit.load.arrivals import arrival_times
 from loadkit.load.recorder import LatencyRecorder
@@ -25,13 +30,74 @@ from loadkit.load.shapes import Phase, Shape
 _MAX_SLEEP_S = 0.05
 
 
-@dataclass(frozen=True)
-class Arrival:
+class Arrival(NamedTuple):
     intended_mono: float  # time.monotonic() of the intended send
     intended_ns: int  # wall clock of the intended send
 
 
 PhaseCallback = Callable[[Phase, int], None]
+
+
+class ArrivalQueue:
+    """Arrivals waiting for a user, and idle users waiting for an arrival.
+
+    `put` wakes the most recently idle user (LIFO): with a pool larger than
+    the concurrency, the same few users (their connections, their memory)
+    stay busy and the rest sleep, at no cost per second. `take` blocks
+    without a timeout until an arrival comes or the queue is closed; only
+    greenlets may block in it. Arrivals stay in the queue until a user runs,
+    so a user killed while being woken loses nothing.
+    """
+
+    def __init__(self) -> None:
+        self._pending: deque[Arrival] = deque()
+        self._idle: list[Waiter] = []  # a stack: the last to go idle is woken first
+        self._hub = get_hub()
+        self.closed = False
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    @property
+    def idle_users(self) -> int:
+        return len(self._idle)
+
+    def peek(self) -> Arrival | None:
+        return self._pending[0] if self._pending else None
+
+    def put(self, arrival: Arrival) -> None:
+        self._pending.append(arrival)
+        if self._idle:
+            self._hub.loop.run_callback(self._idle.pop().switch, None)
+
+    def pop(self) -> Arrival:
+        return self._pending.popleft()
+
+    def take(self) -> Arrival | None:
+        """The oldest arrival; blocks while there is none; None once closed and empty."""
+        pending = self._pending
+        while not pending:
+            if self.closed:
+                return None
+            waiter = Waiter(self._hub)
+            self._idle.append(waiter)
+            try:
+                waiter.get()
+            except BaseException:
+                # Killed while idle. If a put had already picked this user, pick another.
+                if waiter in self._idle:
+                    self._idle.remove(waiter)
+                elif pending and self._idle:
+                    self._hub.loop.run_callback(self._idle.pop().switch, None)
+                raise
+        return pending.popleft()
+
+    def close(self) -> None:
+        """No more arrivals: wake every idle user (their `take` returns None once empty)."""
+        self.closed = True
+        idle, self._idle = self._idle, []
+        for waiter in idle:
+            self._hub.loop.run_callback(waiter.switch, None)
 
 
 class OpenModelDispatcher:
@@ -59,7 +125,7 @@ class OpenModelDispatcher:
         self.worker_count = worker_count
         self.max_start_delay_s = max_start_delay_s
         self.on_phase = on_phase
-        self.queue: Queue[Arrival] = Queue()
+        self.queue = ArrivalQueue()
         self.t0_mono: float | None = None
         self.t0_ns: int | None = None
         self.finished = False  # all arrivals handed out (or stopped)
@@ -82,32 +148,37 @@ class OpenModelDispatcher:
         if self._greenlet is not None and not self._greenlet.dead:
             self._greenlet.join(timeout=1.0)
         self._drop_all()
-        self.finished = True
+        self._finish()
 
-    def take(self, timeout: float) -> Arrival | None:
-        """The next arrival for an idle user, or None after `timeout` (or when finished)."""
+    def take(self) -> Arrival | None:
+        """The next arrival for an idle user (blocks until one is due); None once finished."""
+        queue = self.queue
+        bound = self.max_start_delay_s
         while True:
-            try:
-                arrival = self.queue.get(timeout=timeout)
-            except Empty:
+            arrival = queue.take()
+            if arrival is None:
                 return None
-            if time.monotonic() - arrival.intended_mono > self.max_start_delay_s:
+            if time.monotonic() - arrival.intended_mono > bound:
                 self.recorder.dropped(self.request_name)
                 continue
             return arrival
 
+    def _finish(self) -> None:
+        self.finished = True
+        self.queue.close()
+
     # --- scheduler ------------------------------------------------------
     def _drop_stale(self, now: float) -> None:
-        while not self.queue.empty():
-            head = self.queue.peek_nowait()
-            if now - head.intended_mono <= self.max_start_delay_s:
-                return
-            self.queue.get_nowait()
+        queue = self.queue
+        head = queue.peek()
+        while head is not None and now - head.intended_mono > self.max_start_delay_s:
+            queue.pop()
             self.recorder.dropped(self.request_name)
+            head = queue.peek()
 
     def _drop_all(self) -> None:
-        while not self.queue.empty():
-            self.queue.get_nowait()
+        while len(self.queue):
+            self.queue.pop()
             self.recorder.dropped(self.request_name)
 
     def _emit_phases(self, phases: list[Phase], elapsed: float) -> list[Phase]:
@@ -119,10 +190,14 @@ class OpenModelDispatcher:
 
     def _wait_until(self, target: float, phases: list[Phase]) -> None:
         assert self.t0_mono is not None
+        t0 = self.t0_mono
+        queue = self.queue
         while not self._stopping:
             now = time.monotonic()
-            self._emit_phases(phases, now - self.t0_mono)
-            self._drop_stale(now)
+            if phases and phases[0].t_s <= now - t0:
+                self._emit_phases(phases, now - t0)
+            if len(queue):
+                self._drop_stale(now)
             if now >= target:
                 return
             gevent.sleep(min(target - now, _MAX_SLEEP_S))
@@ -151,7 +226,7 @@ class OpenModelDispatcher:
             self.queue.put(Arrival(target, intended_ns))
         # Keep emitting phases and dropping stale arrivals until the shape ends.
         self._wait_until(self.t0_mono + self.shape.duration_s, phases)
-        while not self._stopping and not self.queue.empty():
+        while not self._stopping and len(self.queue):
             self._drop_stale(time.monotonic())
             gevent.sleep(_MAX_SLEEP_S)
-        self.finished = True
+        self._finish()

@@ -26,7 +26,7 @@ from loadkit.load.payloads import CandidateBatches
 from loadkit.load.runtime import LoadRuntime, get_runtime
 from loadkit.load.transports import JsonBody, Transport, make_transport
 
-_TAKE_TIMEOUT_S = 0.1
+_IDLE_SLEEP_S = 0.1  # between checks for a dispatcher, before the first and after the last
 
 
 class InferenceUser(User):
@@ -40,6 +40,7 @@ class InferenceUser(User):
     _runtime: LoadRuntime
     _transport: Transport
     _payloads: CandidateBatches
+    _idle = False  # blocked in the dispatcher's take(): nothing in flight
 
     def on_start(self) -> None:
         runtime = get_runtime(self.environment)
@@ -63,6 +64,11 @@ class InferenceUser(User):
         stream = runtime.register_user()
         self._payloads = CandidateBatches(int(params["candidates"]), runtime.seed, stream)
 
+    def stop(self, force: bool = False) -> bool:
+        # An idle user (blocked waiting for an arrival) has no request to finish: stop it now,
+        # as Locust does with a user in `wait_time`, instead of after `stop_timeout`.
+        return bool(super().stop(force=force or self._idle))
+
     def on_stop(self) -> None:
         transport = getattr(self, "_transport", None)
         if transport is not None:
@@ -75,14 +81,20 @@ class InferenceUser(User):
             self.send_one(None, None)
             return
         dispatcher = runtime.dispatcher
-        while dispatcher is not None:
-            arrival = dispatcher.take(_TAKE_TIMEOUT_S)
-            if arrival is not None:
+        if dispatcher is not None:
+            # Serve arrivals until the dispatcher finishes or Locust asks this user to stop
+            # (the dispatcher is stopped first, which wakes idle users): no return to Locust's
+            # task loop per request.
+            while self._state != LOCUST_STATE_STOPPING:
+                self._idle = True
+                arrival = dispatcher.take()
+                self._idle = False
+                if arrival is None:
+                    break
                 self.send_one(arrival.intended_mono, arrival.intended_ns)
+            if self._state == LOCUST_STATE_STOPPING:
                 return
-            if self._state == LOCUST_STATE_STOPPING or dispatcher.finished:
-                return
-        time.sleep(_TAKE_TIMEOUT_S)  # patched by gevent: cooperative
+        time.sleep(_IDLE_SLEEP_S)  # no dispatcher yet, or finished; patched by gevent: cooperative
 
     def send_one(self, intended_mono: float | None, intended_ns: int | None) -> None:
         """Send one request and record it; `None` intended time means "now" (closed model)."""
