@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-wait-quiet",
         action="store_true",
-        help="do not wait (up to 2 min) for a mostly idle host before each run",
+        help="do not wait (up to 1 min) for a mostly idle host before each run",
     )
     args = parser.parse_args(argv)
     seeds = parse_seeds(args.seeds)

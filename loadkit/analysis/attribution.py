@@ -97,7 +97,7 @@ ACTIONS = {
     CAUSE_CPU_SATURATION: "Give the server and the load generator more CPU: move load generation "
     "to other hosts, stop co-located jobs, pin Triton to dedicated cores.",
     CAUSE_CGROUP_THROTTLING: "Raise the container CPU quota (cpu.cfs_quota_us / Kubernetes "
-    "limits.cpu) or drop the CPU limit; the host has idle cores.",
+    "limits.cpu) or drop the CPU limit: the server uses up its quota.",
     CAUSE_CONNECTION_CHURN: "Reuse connections: one long-lived gRPC channel or keep-alive HTTP "
     "client per worker; check load-balancer and server idle timeouts.",
     CAUSE_PROCESS_STALL: "Look for what stops the process: GC pauses, swapping or page faults, "
@@ -457,7 +457,7 @@ def cpu_saturation_signature(sig: Signals, baseline: np.ndarray) -> Signature:
 
 
 def cgroup_throttling_signature(sig: Signals, baseline: np.ndarray) -> Signature:
-    """CFS throttled periods rising while the host still has idle cores."""
+    """CFS throttled periods rising: the server's cgroup uses up its CPU quota."""
     cause = CAUSE_CGROUP_THROTTLING
     host = sig.host
     if host is None:

@@ -5,19 +5,29 @@ are added into one histogram and the percentiles are read from it. A window
 with fewer than `MIN_REQUESTS_FOR_P99` requests cannot carry a meaningful P99
 (it would be the window's maximum), so its percentiles come from the merged
 histogram of a centered `WIDEN_TO_S` span instead, and `basis_s` says so.
+
+Interval histograms are read once, as a stream (`collect_intervals`), into
+compact `LatencyCounts` merged per kind and start time; windows of any grid
+are built from those, so an hour at 2,000 requests/s never holds more than
+one decoded `HdrHistogram` at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
-from hdrh.histogram import HdrHistogram
 
 from loadkit.analysis.align import WindowGrid
+from loadkit.analysis.latency_counts import (
+    Histogram,
+    LatencyCounts,
+    as_counts,
+    merge_counts,
+)
 from loadkit.analysis.model import LatencySummary, LatencyWindows, NinesDistribution
-from loadkit.rundir import IntervalHistogram, new_histogram
+from loadkit.rundir import IntervalHistogram
 
 MIN_REQUESTS_FOR_P99 = 100
 WIDEN_TO_S = 5.0
@@ -26,37 +36,70 @@ NINES = (50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 100.0)
 US_PER_MS = 1000.0
 
 
-def histograms_by_window(
-    intervals: Sequence[IntervalHistogram], grid: WindowGrid, kind: str
-) -> list[HdrHistogram | None]:
-    """One merged histogram per window for a latency kind (None where nothing completed)."""
-    out: list[HdrHistogram | None] = [None] * grid.n
+@dataclass
+class IntervalCounts:
+    """A run's interval histograms, compacted and merged per latency kind and start time."""
+
+    by_kind: dict[str, dict[int, LatencyCounts]] = field(default_factory=dict)
+    first_start_ns: int | None = None
+    last_end_ns: int | None = None
+    intervals: int = 0  # histograms read
+
+
+def collect_intervals(intervals: Iterable[IntervalHistogram]) -> IntervalCounts:
+    """Read interval histograms one at a time (e.g. `Run.iter_latency_intervals()`), keep their counts.
+
+    Histograms of several processes (or request names) that start at the same
+    time are merged: every window of any grid is a sum of these.
+    """
+    parts: dict[str, dict[int, list[LatencyCounts]]] = {}
+    out = IntervalCounts()
     for interval in intervals:
-        if interval.kind != kind:
-            continue
-        w = grid.index_of(interval.start_ns)
-        if w < 0:
-            continue
-        target = out[w]
-        if target is None:
-            target = out[w] = new_histogram()
-        target.add(interval.histogram)
+        out.intervals += 1
+        if out.first_start_ns is None or interval.start_ns < out.first_start_ns:
+            out.first_start_ns = interval.start_ns
+        if out.last_end_ns is None or interval.end_ns > out.last_end_ns:
+            out.last_end_ns = interval.end_ns
+        by_start = parts.setdefault(interval.kind, {})
+        by_start.setdefault(interval.start_ns, []).append(
+            LatencyCounts.from_histogram(interval.histogram)
+        )
+    for kind, by_start in parts.items():
+        out.by_kind[kind] = {start: merge_counts(p) for start, p in by_start.items()}
     return out
 
 
-def merge(histograms: Sequence[HdrHistogram | None]) -> HdrHistogram:
-    total = new_histogram()
-    for h in histograms:
-        if h is not None:
-            total.add(h)
-    return total
+def histograms_by_window(
+    intervals: IntervalCounts | Iterable[IntervalHistogram], grid: WindowGrid, kind: str
+) -> list[LatencyCounts | None]:
+    """One merged histogram per window for a latency kind (None where nothing completed)."""
+    if not isinstance(intervals, IntervalCounts):
+        intervals = collect_intervals(intervals)
+    by_start = intervals.by_kind.get(kind, {})
+    parts: list[list[LatencyCounts] | None] = [None] * grid.n
+    if by_start:
+        starts = np.fromiter(by_start, dtype=np.int64, count=len(by_start))
+        for w, counts in zip(grid.index(starts).tolist(), by_start.values(), strict=True):
+            if w < 0:
+                continue
+            window = parts[w]
+            if window is None:
+                parts[w] = [counts]
+            else:
+                window.append(counts)
+    return [None if p is None else merge_counts(p) for p in parts]
 
 
-def _percentiles_ms(hist: HdrHistogram, percentiles: Sequence[float]) -> list[float | None]:
-    if hist.get_total_count() == 0:
+def merge(histograms: Iterable[Histogram | None]) -> LatencyCounts:
+    """All counts of `histograms` in one histogram (`HdrHistogram`s or `LatencyCounts`)."""
+    return merge_counts(histograms)
+
+
+def _percentiles_ms(hist: Histogram, percentiles: Sequence[float]) -> list[float | None]:
+    counts = as_counts(hist)
+    if counts.total == 0:
         return [None] * len(percentiles)
-    values = hist.get_percentile_to_value_dict(list(percentiles))
-    return [values[p] / US_PER_MS for p in percentiles]
+    return [v / US_PER_MS for v in counts.percentiles_us(percentiles)]
 
 
 @dataclass(frozen=True)
@@ -68,40 +111,43 @@ class WindowPercentiles:
 
 
 def window_percentiles(
-    histograms: Sequence[HdrHistogram | None],
+    histograms: Sequence[LatencyCounts | None],
     grid: WindowGrid,
     kind: str,
     min_requests: int = MIN_REQUESTS_FOR_P99,
     widen_to_s: float = WIDEN_TO_S,
 ) -> WindowPercentiles:
     """P50/P95/P99/P99.9/max per window; thin windows read from a centered wider span."""
-    counts = [0 if h is None else int(h.get_total_count()) for h in histograms]
+    counts = [0 if h is None else h.total for h in histograms]
     half = max(0, int(round(widen_to_s / grid.window_s)) // 2)
     columns: dict[str, list[float | None]] = {name: [] for name in WINDOW_PERCENTILES}
     max_ms: list[float | None] = []
     basis_count: list[int] = []
     basis_s: list[float] = []
+    percentiles = list(WINDOW_PERCENTILES.values())
     for i, hist in enumerate(histograms):
         span = 1
         basis = hist
+        basis_total = counts[i]
         if hist is not None and 0 < counts[i] < min_requests and half > 0:
             lo, hi = max(0, i - half), min(grid.n, i + half + 1)
-            basis = merge(histograms[lo:hi])
+            basis = merge_counts(histograms[lo:hi])
+            basis_total = basis.total
             span = hi - lo
-        if basis is None or basis.get_total_count() == 0:
+        if basis is None or basis_total == 0:
             for name in columns:
                 columns[name].append(None)
             max_ms.append(None)
             basis_count.append(0)
             basis_s.append(grid.window_s)
             continue
-        values = _percentiles_ms(basis, list(WINDOW_PERCENTILES.values()))
+        values = basis.percentiles_us(percentiles)
         for name, value in zip(columns, values, strict=True):
-            columns[name].append(value)
+            columns[name].append(value / US_PER_MS)
         # The window's own maximum, not the span's: a max is meaningful at any count.
         own = hist if hist is not None else basis
-        max_ms.append(own.get_max_value() / US_PER_MS)
-        basis_count.append(int(basis.get_total_count()))
+        max_ms.append(own.max_us() / US_PER_MS)
+        basis_count.append(basis_total)
         basis_s.append(span * grid.window_s)
     latency = LatencyWindows(
         kind=kind,
@@ -126,10 +172,11 @@ def choose_window_s(
     return 1.0 if float(np.median(busy)) >= min_requests else WIDEN_TO_S
 
 
-def summarize(hist: HdrHistogram, kind: str) -> LatencySummary:
+def summarize(hist: Histogram, kind: str) -> LatencySummary:
     """Whole-run percentiles of one latency kind."""
-    p50, p90, p95, p99, p999 = _percentiles_ms(hist, [50.0, 90.0, 95.0, 99.0, 99.9])
-    count = int(hist.get_total_count())
+    counts = as_counts(hist)
+    p50, p90, p95, p99, p999 = _percentiles_ms(counts, [50.0, 90.0, 95.0, 99.0, 99.9])
+    count = counts.total
     return LatencySummary(
         kind=kind,
         count=count,
@@ -138,12 +185,12 @@ def summarize(hist: HdrHistogram, kind: str) -> LatencySummary:
         p95_ms=p95,
         p99_ms=p99,
         p999_ms=p999,
-        max_ms=hist.get_max_value() / US_PER_MS if count else None,
-        mean_ms=hist.get_mean_value() / US_PER_MS if count else None,
+        max_ms=counts.max_us() / US_PER_MS if count else None,
+        mean_ms=counts.mean_us() / US_PER_MS if count else None,
     )
 
 
-def nines(corrected: HdrHistogram, service: HdrHistogram) -> NinesDistribution:
+def nines(corrected: Histogram, service: Histogram) -> NinesDistribution:
     """The whole run's latency at 50, 90, 99, 99.9, ... 100 percentiles."""
     return NinesDistribution(
         percentiles=NINES,

@@ -31,7 +31,9 @@ from loadkit.analysis.model import (
 from loadkit.analysis.percentiles import (
     MIN_REQUESTS_FOR_P99,
     WINDOW_PERCENTILES,
+    IntervalCounts,
     choose_window_s,
+    collect_intervals,
     histograms_by_window,
     merge,
     nines,
@@ -65,6 +67,10 @@ PRIMARY_PERCENTILES = ("p99", "p95", "p50")
 # Seconds at the start of a run left out of spike detection (the scenario may set warmup_s).
 DEFAULT_WARMUP_S = 8.0
 
+# The request-sample columns `align_request_samples` reads: the rest (strings, mostly) is
+# never loaded. tests/unit/analysis/test_pipeline_scale.py checks nothing else is used.
+REQUEST_SAMPLE_COLUMNS = ("t_ns", "sent_ns", "done_ns", "connection_new")
+
 
 def _series(values: np.ndarray | None) -> Series | None:
     if values is None:
@@ -76,13 +82,13 @@ def _array(values: Series) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], dtype=float)
 
 
-def _time_bounds(run: Run) -> tuple[int, int] | None:
+def _time_bounds(run: Run, intervals: IntervalCounts) -> tuple[int, int] | None:
     """Run start and end: the manifest's, else the data's."""
     starts: list[int] = []
     ends: list[int] = []
-    if run.latency_intervals:
-        starts.append(min(h.start_ns for h in run.latency_intervals))
-        ends.append(max(h.end_ns for h in run.latency_intervals))
+    if intervals.first_start_ns is not None and intervals.last_end_ns is not None:
+        starts.append(intervals.first_start_ns)
+        ends.append(intervals.last_end_ns)
     load = run.load_intervals
     if not load.empty and "t_ns" in load.columns:
         starts.append(int(load["t_ns"].min()))
@@ -186,7 +192,9 @@ def _warmup_s(run: Run) -> float:
 def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
     """Analyze a loaded run. `slo`: thresholds from the command line (p99_ms, errors_pct, ...)."""
     notes: list[str] = []
-    bounds = _time_bounds(run)
+    # One pass over the interval logs, one decoded histogram at a time.
+    intervals = collect_intervals(run.iter_latency_intervals())
+    bounds = _time_bounds(run, intervals)
     if bounds is None:
         from loadkit.errors import RunFormatError
 
@@ -195,11 +203,9 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
             hint="analysis needs a load run (latency/*.hlog); `loadkit watch` runs only have telemetry",
         )
     start, end = bounds
-    intervals = run.latency_intervals
     grid1 = make_grid(start, end, 1.0)
     counts_1s = [
-        0 if h is None else int(h.get_total_count())
-        for h in histograms_by_window(intervals, grid1, "corrected")
+        0 if h is None else h.total for h in histograms_by_window(intervals, grid1, "corrected")
     ]
     window_s = choose_window_s(counts_1s)
     grid = grid1 if window_s == 1.0 else make_grid(start, end, window_s)
@@ -220,7 +226,7 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
             f"{thin} window(s) had fewer than {MIN_REQUESTS_FOR_P99} requests; their percentiles "
             f"come from the surrounding {max(corrected.basis_s):.0f} s (basis_s)"
         )
-    if not intervals:
+    if not intervals.intervals:
         notes.append("no latency histograms: percentiles and episodes are empty")
 
     load = align_load(run.load_intervals, grid)
@@ -263,7 +269,7 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         if run.has_series("triton_stats")
         else None
     )
-    samples = align_request_samples(run.request_samples, grid)
+    samples = align_request_samples(run.request_sample_columns(REQUEST_SAMPLE_COLUMNS), grid)
     for name, value in (("gpu", gpu), ("host", host), ("triton_stats", triton)):
         if value is None:
             notes.append(f"no {name} telemetry: causes that need it are not assessable")

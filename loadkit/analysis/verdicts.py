@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from hdrh.histogram import HdrHistogram
 from scipy import stats
 
+from loadkit.analysis.latency_counts import LatencyCounts
 from loadkit.analysis.model import (
     Alert,
     BurstRecovery,
@@ -37,6 +37,9 @@ PRE_BURST_S = 30.0
 KNEE_ACHIEVED_SHARE = 0.97
 KNEE_SETTLE_WINDOWS = 2
 SOAK_MIN_S = 600.0
+# Theil-Sen takes every pair of points (n^2 memory and time: 21,600 windows of a 6 h run
+# would be ~10 GB); longer series are first reduced to medians of consecutive windows.
+TREND_MAX_POINTS = 3600
 PERCENTILE_KEYS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 
 _SLO_ITEM = re.compile(r"^\s*(p50|p90|p95|p99|p999|errors)\s*[=<]=?\s*([\d.]+)\s*(ms|s|us|%)?\s*$")
@@ -241,7 +244,7 @@ def alerts(
 
 
 def rolling_p99(
-    histograms: Sequence[HdrHistogram | None], window_s: float, span_s: float = RECOVERY_SPAN_S
+    histograms: Sequence[LatencyCounts | None], window_s: float, span_s: float = RECOVERY_SPAN_S
 ) -> np.ndarray:
     """P99 over the trailing `span_s` at each window, from merged histograms."""
     k = max(1, int(round(span_s / window_s)))
@@ -369,7 +372,7 @@ def saturation_knee(
     end_ns: int,
     starts_ns: np.ndarray,
     window_s: float,
-    histograms: Sequence[HdrHistogram | None],
+    histograms: Sequence[LatencyCounts | None],
     offered_rps: np.ndarray,
     throughput_rps: np.ndarray,
     errors_per_s: np.ndarray,
@@ -445,6 +448,18 @@ def saturation_knee(
     return SaturationKnee(True, knee.offered_rps, knee.achieved_rps, tuple(results), reason)
 
 
+def _thinned(y: np.ndarray, x: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """(y, x) as is up to `max_points`; beyond, medians of runs of consecutive points."""
+    if len(y) <= max_points:
+        return y, x
+    per = -(-len(y) // max_points)
+    pad = -len(y) % per
+    rows = len(y) // per + (1 if pad else 0)
+    yy = np.concatenate([y, np.full(pad, np.nan)]).reshape(rows, per)
+    xx = np.concatenate([x, np.full(pad, np.nan)]).reshape(rows, per)
+    return np.nanmedian(yy, axis=1), np.nanmedian(xx, axis=1)
+
+
 def _trend(
     metric: str, unit: str, t_s: np.ndarray, values: np.ndarray | None, limit: float | None
 ) -> DriftTrend | None:
@@ -455,7 +470,7 @@ def _trend(
         return None
     hours = t_s[ok] / 3600.0
     y = values[ok]
-    slope, _, low, high = stats.theilslopes(y, hours, 0.95)
+    slope, _, low, high = stats.theilslopes(*_thinned(y, hours, TREND_MAX_POINTS), 0.95)
     start, end = (
         float(np.median(y[: max(3, len(y) // 10)])),
         float(np.median(y[-max(3, len(y) // 10) :])),
