@@ -21,6 +21,7 @@ from loadkit.analysis.attribution import (
     POWER_AT_LIMIT,
     REASON_SHARE,
 )
+from loadkit.analysis.episodes import hot_runs
 from loadkit.analysis.model import Interval
 from loadkit.analysis.telemetry import GpuSeries, HostSeries, events_of
 
@@ -35,18 +36,7 @@ GPU_LABELS = {
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """(first, last + 1) window index of each run of True."""
-    out = []
-    i, n = 0, len(mask)
-    while i < n:
-        if mask[i]:
-            j = i
-            while j < n and mask[j]:
-                j += 1
-            out.append((i, j))
-            i = j
-        else:
-            i += 1
-    return out
+    return hot_runs(mask, merge_gap=0)
 
 
 def _span(

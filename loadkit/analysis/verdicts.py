@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from loadkit.analysis.episodes import hot_runs
 from loadkit.analysis.latency_counts import LatencyCounts
 from loadkit.analysis.model import (
     Alert,
@@ -128,19 +129,9 @@ def slo_verdict(thresholds: Mapping[str, float], source: str, overall: OverallSt
     return Verdict(passed, tuple(checks), source, summary)
 
 
-def _runs(flag: np.ndarray) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    i = 0
-    while i < len(flag):
-        if flag[i]:
-            j = i
-            while j < len(flag) and flag[j]:
-                j += 1
-            out.append((i, j))
-            i = j
-        else:
-            i += 1
-    return out
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last + 1) window index of each run of True."""
+    return hot_runs(mask, merge_gap=0)
 
 
 def _alert(

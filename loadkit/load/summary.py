@@ -65,7 +65,7 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
                 for kind, count in (value or {}).items():
                     kinds[kind] = kinds.get(kind, 0) + int(count)
     merged = {"corrected": new_histogram(), "service": new_histogram()}
-    for interval in run.latency_intervals:
+    for interval in run.iter_latency_intervals():  # one decoded histogram at a time
         if interval.kind in merged:
             merged[interval.kind].add(interval.histogram)
 

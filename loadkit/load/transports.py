@@ -59,12 +59,16 @@ class Transport(ABC):
         self.timeout_s = timeout_s
         self.churn = churn
         self._connected = False
+        self._client: Any = None  # the protocol's client object, with a close()
 
     @abstractmethod
     def _open(self) -> None: ...
 
-    @abstractmethod
-    def _close(self) -> None: ...
+    def _close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        self._connected = False
 
     @abstractmethod
     def _send(self, item_ids: np.ndarray, user_features: np.ndarray) -> None: ...
@@ -99,7 +103,6 @@ class TritonHttpTransport(Transport):
         super().__init__(url, model, timeout_s=timeout_s, churn=churn)
         scheme, self._hostport = split_url(url)
         self._ssl = scheme == "https"
-        self._client: Any = None
 
     def _open(self) -> None:
         import tritonclient.http as httpclient
@@ -111,12 +114,6 @@ class TritonHttpTransport(Transport):
             network_timeout=self.timeout_s,
             ssl=self._ssl,
         )
-
-    def _close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        self._connected = False
 
     def _send(self, item_ids: np.ndarray, user_features: np.ndarray) -> None:
         import tritonclient.http as httpclient
@@ -135,7 +132,6 @@ class TritonGrpcTransport(Transport):
     def __init__(self, url: str, model: str, *, timeout_s: float, churn: bool):
         super().__init__(url, model, timeout_s=timeout_s, churn=churn)
         _, self._hostport = split_url(url, default_scheme="grpc")
-        self._client: Any = None
 
     def _open(self) -> None:
         init_grpc_gevent()
@@ -151,12 +147,6 @@ class TritonGrpcTransport(Transport):
                 ("grpc.max_receive_message_length", 2**31 - 1),
             ],
         )
-
-    def _close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        self._connected = False
 
     def _send(self, item_ids: np.ndarray, user_features: np.ndarray) -> None:
         import tritonclient.grpc as grpcclient
@@ -191,7 +181,6 @@ class JsonHttpTransport(Transport):
 
             body = kserve_v2_json
         self._body = body
-        self._client: Any = None
 
     def _open(self) -> None:
         from geventhttpclient import HTTPClient
@@ -202,12 +191,6 @@ class JsonHttpTransport(Transport):
             connection_timeout=self.timeout_s,
             network_timeout=self.timeout_s,
         )
-
-    def _close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        self._connected = False
 
     def _send(self, item_ids: np.ndarray, user_features: np.ndarray) -> None:
         payload = json.dumps(self._body(item_ids, user_features))
