@@ -361,3 +361,44 @@ def test_http_reuses_one_connection_per_user(triton: Any, tmp_path: Path) -> Non
     samples = load_run(run_dir).request_samples
     assert len(samples) == 200
     assert 1 <= int(samples["connection_new"].sum()) <= 5
+
+
+def test_plain_locust_command_records_the_same_files(triton: Any, tmp_path: Path) -> None:
+    # GIVEN a scenario run by plain `locust -f` (no loadkit orchestrator, no LOADKIT_RUN_DIR)
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "burst_2x.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADKIT_")}
+    params = json.dumps(
+        {"base_rate": 50, "steady_s": 4, "rise_s": 0, "hold_s": 0, "fall_s": 0, "recover_s": 0}
+    )
+    env["LOADKIT_PARAMS"] = params
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(scenario),
+            "--headless",
+            "--host",
+            triton.http_url,
+            "--only-summary",
+            "--loglevel",
+            "WARNING",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # THEN it made its own run directory under ./reports with the same pieces
+    runs = [p for p in (tmp_path / "reports").iterdir() if (p / "manifest.json").exists()]
+    assert len(runs) == 1, proc.stderr[-2000:]
+    run = load_run(runs[0])
+    assert run.status == "complete"
+    ok = int(run.load_intervals["ok"].sum())
+    assert 150 <= ok <= 250  # 50/s for about 4 s
+    kinds = {h.kind for h in run.latency_intervals}
+    assert kinds == {"corrected", "service"}
+    assert not run.request_samples.empty
