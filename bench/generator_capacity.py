@@ -35,7 +35,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,8 +51,8 @@ from bench._support import (
     nginx_requests_probe,
     table,
 )
+from bench.max_rate import judge_run
 from loadkit.load.orchestrator import run_scenario
-from loadkit.rundir import load_run
 
 SECOND = 1_000_000_000
 USERS = 20
@@ -148,25 +147,8 @@ def run_loadkit_closed(port: int, seconds: float, out: Path) -> Measured:
 
 def _sustained(run_dir: Path) -> tuple[bool, float, float]:
     """(sustained, offered/s, median per-second worst dispatch lag) as bench/max_rate.py."""
-    run = load_run(run_dir)
-    ev = run.events
-    start = int(ev[ev["name"] == "load-start"]["t_ns"].iloc[0])
-    end = int(ev[ev["name"] == "load-end"]["t_ns"].iloc[0])
-    per: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for row in run.load_intervals.to_dict("records"):
-        t = int(row["t_ns"])
-        if t >= start and t + SECOND <= end:
-            for key in ("offered", "started", "ok", "dropped"):
-                per[t][key] += row[key]
-            per[t]["lag"] = max(per[t]["lag"], row.get("dispatch_lag_max_ms") or 0.0)
-    ok = [
-        p["started"] >= 0.98 * p["offered"] and p["ok"] >= 0.98 * p["offered"] and p["dropped"] == 0
-        for p in per.values()
-    ]
-    lags = sorted(p["lag"] for p in per.values())
-    lag = lags[len(lags) // 2] if lags else 0.0
-    offered = sum(p["offered"] for p in per.values()) / max(1, len(per))
-    return bool(ok) and all(ok) and lag < 10.0, offered, lag
+    judged = judge_run(run_dir)
+    return judged["sustained"], judged["offered_per_s"], judged["lag_ms_median_of_max"]
 
 
 def run_loadkit_open(

@@ -30,21 +30,12 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadkit.errors import UsageError
+from loadkit.telemetry.gpu import CLOCK_EVENT_REASONS
 
 Row = dict[str, Any]
 MIB = 1024 * 1024
 
-REASON_BITS = {
-    "gpu_idle": 0x1,
-    "applications_clocks": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal": 0x20,
-    "hw_thermal": 0x40,
-    "hw_power_brake": 0x80,
-    "display_clocks": 0x100,
-}
+REASON_BITS = CLOCK_EVENT_REASONS  # the same NVML bits the live sampler decodes
 
 
 @dataclass
