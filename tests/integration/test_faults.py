@@ -6,6 +6,7 @@ Each test uses one short window (about 1-2 s) and waits on conditions with deadl
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -96,6 +97,25 @@ def test_cpu_burn_saturates_the_host_and_leaves_no_process(tmp_path: Path) -> No
     assert burned_s >= 0.5, f"burners used only {burned_s:.2f} s of CPU"
     assert not any(psutil.pid_exists(pid) for pid in pids)
     assert [r["action"] for r in fault_events(tmp_path, "cpu-burn")] == ["start", "end"]
+
+
+def test_cpu_burn_at_a_higher_priority_gets_its_own_autogroup(tmp_path: Path) -> None:
+    try:
+        fault = CpuBurn(
+            FaultSchedule(duration_s=1.0, first_start_s=0.0), processes=1, nice=-5, run_dir=tmp_path
+        )
+    except FaultUnavailable as exc:
+        pytest.skip(exc.message)
+    with fault:
+        assert wait_for(lambda: fault.active)
+        (pid,) = fault.pids
+        assert psutil.Process(pid).nice() == -5
+        assert os.getsid(pid) == pid  # a session, and so an autogroup, of its own
+        autogroup = Path(f"/proc/{pid}/autogroup")
+        if autogroup.exists():
+            assert autogroup.read_text().split()[-1] == "-5"
+        assert fault.join(5.0)
+    assert not psutil.pid_exists(pid)
 
 
 def test_cgroup_quota_really_throttles_or_skips_with_reason(

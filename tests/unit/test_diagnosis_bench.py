@@ -45,6 +45,25 @@ def test_batching_case_is_low_load_with_a_long_window() -> None:
     assert plan.triton["max_queue_delay_us"] >= 20_000
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_bursts_exceed_the_burst_cases_server_capacity(seed: int) -> None:
+    plan = plan_case("bursts", seed)
+    params = plan.triton["model_params"]
+    full = plan.triton["max_batch_size"]
+    batch_s = (params["gpu_time_us_per_batch"] + full * params["gpu_time_us_per_item"]) / 1e6
+    capacity = full / batch_s  # requests/s at full batches
+    peak = plan.rate * plan.load["burst_multiplier"]
+    assert plan.rate < 0.5 * capacity  # the base load is comfortable
+    assert capacity < peak <= 600  # a burst exceeds capacity (before overhead), within one Locust
+    assert plan.load["users"] >= 2 * peak  # the backlog is served, not dropped
+
+
+def test_cpu_burners_outrank_the_server() -> None:
+    fault = plan_case("cpu-burn", 2).faults["cpu-burn"]
+    assert fault["nice"] < 0
+    assert fault["processes_per_core"] == 1  # more starves Triton itself
+
+
 def test_parse_seeds() -> None:
     assert parse_seeds("2-4,7") == [2, 3, 4, 7]
     assert parse_seeds("1") == [1]

@@ -79,6 +79,15 @@ def test_default_is_one_burner_per_core(monkeypatch: pytest.MonkeyPatch) -> None
     assert CpuBurn(FaultSchedule(duration_s=1)).processes == 4
 
 
+def test_negative_nice_needs_the_privilege(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_burn_module, "_may_raise_priority", lambda: False)
+    with pytest.raises(FaultUnavailable, match="nice -5"):
+        CpuBurn(FaultSchedule(duration_s=1), nice=-5)
+    assert CpuBurn(FaultSchedule(duration_s=1), nice=5).nice == 5
+    monkeypatch.setattr(cpu_burn_module, "_may_raise_priority", lambda: True)
+    assert CpuBurn(FaultSchedule(duration_s=1), nice=-5).describe()["nice"] == -5
+
+
 def test_zero_processes_is_refused() -> None:
     with pytest.raises(FaultUnavailable):
         CpuBurn(FaultSchedule(duration_s=1), processes=0)
