@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -67,17 +68,23 @@ def run_smoke(http_url: str, grpc_url: str) -> list[SmokeResult]:
     return results
 
 
+def ranker_inputs(client_module: Any, ids: np.ndarray, user: np.ndarray) -> list[Any]:
+    """The ranker's two input tensors for `tritonclient.http` or `tritonclient.grpc`."""
+    inputs = [
+        client_module.InferInput("ITEM_IDS", list(ids.shape), "INT64"),
+        client_module.InferInput("USER_FEATURES", list(user.shape), "FP32"),
+    ]
+    inputs[0].set_data_from_numpy(ids)
+    inputs[1].set_data_from_numpy(user)
+    return inputs
+
+
 def infer_http(http_url: str, ids: np.ndarray, user: np.ndarray) -> SmokeResult:
     import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(http_url.removeprefix("http://"))
     try:
-        inputs = [
-            httpclient.InferInput("ITEM_IDS", list(ids.shape), "INT64"),
-            httpclient.InferInput("USER_FEATURES", list(user.shape), "FP32"),
-        ]
-        inputs[0].set_data_from_numpy(ids, binary_data=True)
-        inputs[1].set_data_from_numpy(user, binary_data=True)
+        inputs = ranker_inputs(httpclient, ids, user)  # binary tensors by default
         output = httpclient.InferRequestedOutput("SCORES", binary_data=True)
         started = time.perf_counter()
         result = client.infer(MODEL_NAME, inputs, outputs=[output])
@@ -94,12 +101,7 @@ def infer_grpc(grpc_url: str, ids: np.ndarray, user: np.ndarray) -> SmokeResult:
 
     client = grpcclient.InferenceServerClient(grpc_url)
     try:
-        inputs = [
-            grpcclient.InferInput("ITEM_IDS", list(ids.shape), "INT64"),
-            grpcclient.InferInput("USER_FEATURES", list(user.shape), "FP32"),
-        ]
-        inputs[0].set_data_from_numpy(ids)
-        inputs[1].set_data_from_numpy(user)
+        inputs = ranker_inputs(grpcclient, ids, user)
         started = time.perf_counter()
         result = client.infer(MODEL_NAME, inputs)
         latency_ms = (time.perf_counter() - started) * 1e3

@@ -20,6 +20,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from loadkit.target import EmbeddedTriton
+from loadkit.target.smoke import ranker_inputs
 from loadkit.telemetry import SIM_GPU_STATE_FILE, SamplerSet, start_simulated_gpu
 
 pytestmark = pytest.mark.integration
@@ -43,12 +44,7 @@ class ThreadedLoad:
         client = httpclient.InferenceServerClient(self.url)
         ids = np.arange(16, dtype=np.int64).reshape(1, 16)
         feats = np.zeros((1, 16), dtype=np.float32)
-        inputs = [
-            httpclient.InferInput("ITEM_IDS", list(ids.shape), "INT64"),
-            httpclient.InferInput("USER_FEATURES", list(feats.shape), "FP32"),
-        ]
-        inputs[0].set_data_from_numpy(ids)
-        inputs[1].set_data_from_numpy(feats)
+        inputs = ranker_inputs(httpclient, ids, feats)
         while not self.stop.is_set():
             try:
                 client.infer("ranker", inputs)
