@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from loadkit.errors import LoadkitError, TargetError, UsageError
+from loadkit.load.catalog import resolve_scenario
 from loadkit.load.describe import describe_scenario
 from loadkit.load.guard import (
     AbortCondition,
@@ -376,7 +377,7 @@ def run_scenario(
     `abort` names it; this function then returns normally, data kept) or when
     Locust failed (then a LoadkitError is raised after finalizing).
     """
-    scenario_path = Path(scenario_path)
+    scenario_path = resolve_scenario(scenario_path)
     if workers < 0:
         raise UsageError(f"--workers must be >= 0, got {workers}")
     overrides = {k: v for k, v in (params or {}).items()}
