@@ -114,6 +114,20 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="stop the load when CONDITION holds, e.g. 'p99>80ms for 10s', 'errors>5%% for 5s', "
         "or 'slo' (the scenario's SLO, each threshold for 10 s); repeatable; exit status 1",
     )
+    live = parser.add_argument_group("live metrics")
+    live.add_argument(
+        "--serve-metrics",
+        type=int,
+        metavar="PORT",
+        help="serve live Prometheus metrics (corrected P50..P99.9 over the last 10 s, rates, "
+        "errors, in flight, phase) at http://HOST:PORT/metrics; 0 picks a free port",
+    )
+    live.add_argument(
+        "--serve-metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address to serve the metrics on (default 127.0.0.1; 0.0.0.0 for every interface)",
+    )
     tele = parser.add_argument_group("telemetry")
     tele.add_argument(
         "--gpu",
@@ -174,6 +188,8 @@ def run(args: argparse.Namespace) -> int:
     check_syntax(args.abort_on)  # a bad condition fails before anything starts
     if args.progress_every <= 0:
         raise UsageError(f"--progress-every must be > 0, got {args.progress_every:g}")
+    if args.serve_metrics is not None and not 0 <= args.serve_metrics <= 65535:
+        raise UsageError(f"--serve-metrics {args.serve_metrics}: not a TCP port (0..65535)")
     scenario = resolve_scenario(args.scenario)
     params = parse_overrides(args.overrides)
     telemetry = TelemetryOptions(
@@ -195,6 +211,11 @@ def run(args: argparse.Namespace) -> int:
         show_progress=not args.no_progress,
         progress_every_s=args.progress_every,
         abort_on=args.abort_on,
+        serve_metrics=(
+            (args.serve_metrics_host, args.serve_metrics)
+            if args.serve_metrics is not None
+            else None
+        ),
         telemetry=telemetry,
         command_line=["loadkit", *sys.argv[1:]],
     )

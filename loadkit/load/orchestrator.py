@@ -45,6 +45,7 @@ from loadkit.load.guard import (
     expand_conditions,
 )
 from loadkit.load.live import LiveRunReader, LiveSnapshot
+from loadkit.load.metrics_endpoint import MetricsEndpoint
 from loadkit.load.progress import ProgressPrinter
 from loadkit.load.scenario import (
     ENV_DURATION,
@@ -328,6 +329,46 @@ class _StopSignals:
         self._saved.clear()
 
 
+def _create_writer(
+    info: Mapping[str, Any],
+    scenario_path: Path,
+    target_url: str,
+    out_dir: str | os.PathLike[str],
+    run_id: str | None,
+    seed: int,
+    workers: int,
+    command_line: list[str] | None,
+) -> RunWriter:
+    params: dict[str, Any] = info["params"]
+    return RunWriter.create(
+        out_dir=out_dir,
+        run_id=run_id,
+        kind="load",
+        scenario={
+            "name": info["name"],
+            "path": str(scenario_path),
+            "params": params,
+            "model": info["model"],
+            "shape": info["shape"],
+            "duration_s": info["duration_s"],
+            "peak_rate": info["peak_rate"],
+            "users": info["users"],
+            "seed": seed,
+            "workers": workers,
+            "worker_split": "every N-th arrival (worker i takes arrivals k with k % N == i)",
+        },
+        target={
+            "url": target_url,
+            "protocol": params.get("protocol"),
+            "model": params.get("model"),
+            "embedded": False,
+        },
+        slo=info.get("slo"),
+        environment=_host_environment(),
+        command_line=command_line,
+    )
+
+
 def _stop_on_breach(
     writer: RunWriter,
     procs: LocustProcesses,
@@ -365,6 +406,7 @@ def run_scenario(
     show_progress: bool = False,
     progress_every_s: float = 5.0,
     abort_on: Sequence[str | AbortCondition] = (),
+    serve_metrics: tuple[str, int] | None = None,
     extra_manifest: Mapping[str, Any] | None = None,
     before_start: Callable[[RunWriter], None] | None = None,
     telemetry: TelemetryOptions | None = None,
@@ -387,34 +429,25 @@ def run_scenario(
     conditions += expand_conditions([a for a in abort_on if isinstance(a, str)], info.get("slo"))
     check_reachable(target_url)
     resolved_params: dict[str, Any] = info["params"]
-    writer = RunWriter.create(
-        out_dir=out_dir,
-        run_id=run_id,
-        kind="load",
-        scenario={
-            "name": info["name"],
-            "path": str(scenario_path),
-            "params": resolved_params,
-            "model": info["model"],
-            "shape": info["shape"],
-            "duration_s": info["duration_s"],
-            "peak_rate": info["peak_rate"],
-            "users": info["users"],
-            "seed": seed,
-            "workers": workers,
-            "worker_split": "every N-th arrival (worker i takes arrivals k with k % N == i)",
-        },
-        target={
-            "url": target_url,
-            "protocol": resolved_params.get("protocol"),
-            "model": resolved_params.get("model"),
-            "embedded": False,
-        },
-        slo=info.get("slo"),
-        environment=_host_environment(),
-        command_line=command_line,
-    )
+    endpoint = MetricsEndpoint(*serve_metrics) if serve_metrics is not None else None
+    try:
+        writer = _create_writer(
+            info, scenario_path, target_url, out_dir, run_id, seed, workers, command_line
+        )
+    except BaseException:
+        if endpoint is not None:
+            endpoint.close()
+        raise
     writer.update(abort_on=[c.text for c in conditions], abort=None)
+    if endpoint is not None:
+        writer.update(metrics_endpoint=endpoint.url)
+        endpoint.publish(
+            LiveRunReader(writer.path).snapshot(0.0, float(info["duration_s"])),
+            run_id=writer.manifest["run_id"],
+            scenario=info["name"],
+            target=target_url,
+        )
+        print(f"Serving live metrics at {endpoint.url}", file=sys.stderr)
     if extra_manifest:
         _merge_manifest(writer, extra_manifest)
     run_dir = writer.path
@@ -428,11 +461,15 @@ def run_scenario(
     breach: Breach | None = None
     total_s = float(info["duration_s"])
     started = time.monotonic()
+    live = bool(guard.conditions) or endpoint is not None
 
-    def report_progress(final: bool = False) -> None:
-        if on_progress is None and printer is None:
+    def refresh(final: bool = False) -> None:
+        """One snapshot for the endpoint, the callback and the progress line alike."""
+        if on_progress is None and printer is None and endpoint is None:
             return
         snapshot = reader.snapshot(time.monotonic() - started, total_s)
+        if endpoint is not None:
+            endpoint.publish(snapshot)
         if on_progress is not None:
             on_progress(snapshot)
         if printer is not None:
@@ -456,16 +493,18 @@ def run_scenario(
         # The run is bounded: duration + start-up + graceful stop.
         deadline = started + total_s + _START_GRACE_S + float(resolved_params["timeout_s"]) + 30
         last_report = 0.0
+        last_seen: int | None = None
         while procs.main.poll() is None:
             now = time.monotonic()
-            if guard.conditions:
+            if live:
                 reader.poll()
                 breach = guard.check(reader)
                 if breach is not None:
                     break
-            if now - last_report >= 1.0:
-                report_progress()
-                last_report = now
+            newest = reader.last_complete_interval()
+            if now - last_report >= 1.0 or newest != last_seen:
+                refresh()
+                last_report, last_seen = now, newest
             if now > deadline:
                 failure = f"Locust did not finish within {deadline - started:.0f} s; stopped it"
                 break
@@ -504,11 +543,13 @@ def run_scenario(
                 status = "aborted"
                 writer.add_note(failure)
                 writer.event("error", "locust", source="locust", message=failure)
+            refresh(final=True)
             if printer is not None:
-                report_progress(final=True)
                 printer.finish()
             writer.finalize(status)
             stop_signals.__exit__()
+            if endpoint is not None:
+                endpoint.close()
     if failure is not None:
         raise LoadkitError(failure, hint=f"see {run_dir / LOGS_DIR}/ for the Locust logs")
     return run_dir

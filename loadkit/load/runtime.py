@@ -30,6 +30,7 @@ from locust import LoadTestShape, events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from loadkit.load import webui
 from loadkit.load.dispatch import OpenModelDispatcher
 from loadkit.load.recorder import INTERVAL_NS, LatencyRecorder
 from loadkit.load.scenario import (
@@ -72,6 +73,7 @@ class LoadRuntime:
         self.run_dir: Path | None = Path(env_dir) if env_dir else None
         self.standalone = env_dir is None
         self.owned_run: RunWriter | None = None
+        self.last_run_dir: Path | None = None  # kept after a stop, for the web UI's tab
         self._worker_index_env = os.environ.get(ENV_WORKER_INDEX)
         self._worker_count_env = os.environ.get(ENV_WORKER_COUNT)
         self.worker_count_from_master: int | None = None
@@ -228,6 +230,7 @@ class LoadRuntime:
         if self.recorder is not None and not self.recorder.closed:
             self.recorder.close()
         if self.owned_run is not None:
+            self.last_run_dir = self.owned_run.path
             self.owned_run.finalize("complete" if self.shape_done else "aborted")
             self.owned_run = None
             self.run_dir = None if self.standalone else self.run_dir
@@ -251,6 +254,13 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
     runtime = get_runtime(environment)
     if isinstance(environment.runner, WorkerRunner):
         environment.runner.register_message(_RUN_MESSAGE, runtime.on_run_message)
+    elif environment.web_ui is not None:  # `locust -f` with its web UI: a loadkit tab
+        webui.attach(
+            environment.web_ui,
+            webui.WebUiStats(
+                lambda: runtime.run_dir or runtime.last_run_dir, runtime.resolved.duration_s
+            ),
+        )
 
 
 @events.test_start.add_listener
