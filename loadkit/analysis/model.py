@@ -33,7 +33,8 @@ KNOWN_SCHEMA_VERSIONS = (1,)
 
 Series = tuple[float | None, ...]
 
-# Cause identifiers (Finding.cause, CauseCheck.cause).
+# Ids of the built-in causes (Finding.cause, CauseCheck.cause). The causes themselves,
+# and the list of them, are in loadkit/analysis/causes/ (its REGISTRY).
 CAUSE_ARRIVAL_BURST = "arrival_burst"
 CAUSE_BATCHING_WINDOW = "batching_window"
 CAUSE_GPU_THERMAL = "gpu_clock_thermal"
@@ -43,17 +44,6 @@ CAUSE_CPU_SATURATION = "cpu_saturation"
 CAUSE_CGROUP_THROTTLING = "cgroup_throttling"
 CAUSE_CONNECTION_CHURN = "connection_churn"
 CAUSE_PROCESS_STALL = "process_stall"
-CAUSES = (
-    CAUSE_ARRIVAL_BURST,
-    CAUSE_BATCHING_WINDOW,
-    CAUSE_GPU_THERMAL,
-    CAUSE_GPU_POWER,
-    CAUSE_GPU_CLOCK_OTHER,
-    CAUSE_CPU_SATURATION,
-    CAUSE_CGROUP_THROTTLING,
-    CAUSE_CONNECTION_CHURN,
-    CAUSE_PROCESS_STALL,
-)
 
 CONFIDENCES = ("strong", "moderate", "weak")
 
@@ -299,7 +289,7 @@ class AlignedSignal:
 class Finding:
     """A cause that explains spike episodes, with its statistics and what to do."""
 
-    cause: str  # one of CAUSES
+    cause: str  # a cause id (loadkit/analysis/causes REGISTRY)
     title: str  # e.g. "GPU thermal throttling"
     confidence: str  # "strong", "moderate", "weak"
     episodes: tuple[str, ...]  # episode ids explained

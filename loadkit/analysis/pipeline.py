@@ -14,6 +14,7 @@ from loadkit.analysis import attribution as attr
 from loadkit.analysis.align import NS, WindowGrid, make_grid
 from loadkit.analysis.episodes import baseline_windows_for, find_episodes
 from loadkit.analysis.figures import with_figure_values
+from loadkit.analysis.gaps import CompletionGaps, gaps_from_load, gaps_from_samples
 from loadkit.analysis.model import (
     SCHEMA_VERSION,
     Analysis,
@@ -125,6 +126,24 @@ def model_config(run: Run) -> tuple[str | None, int | None, float | None]:
     except (TypeError, ValueError):
         mb = None
     return name, mb, delay
+
+
+def completion_gaps(load: pd.DataFrame, samples: pd.DataFrame) -> CompletionGaps | None:
+    """Completion gaps from the recorder's `completion_gaps`, else from complete request samples."""
+    gaps = gaps_from_load(load)
+    if gaps is not None:
+        return gaps
+    if load.empty or "t_ns" not in load.columns:
+        return None
+    if "ok" not in load.columns:
+        return None
+    done = load["ok"] + (load["errors"] if "errors" in load.columns else 0)
+    per_s = (
+        pd.DataFrame({"s": load["t_ns"] // NS, "n": pd.to_numeric(done, errors="coerce")})
+        .groupby("s")["n"]
+        .sum()
+    )
+    return gaps_from_samples(samples, {int(str(k)): float(v) for k, v in per_s.items()})
 
 
 def _run_info(run: Run, start: int, end: int) -> RunInfo:
@@ -269,7 +288,14 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         if run.has_series("triton_stats")
         else None
     )
-    samples = align_request_samples(run.request_sample_columns(REQUEST_SAMPLE_COLUMNS), grid)
+    sample_frame = run.request_sample_columns(REQUEST_SAMPLE_COLUMNS)
+    samples = align_request_samples(sample_frame, grid)
+    gaps = completion_gaps(run.load_intervals, sample_frame)
+    if gaps is None:
+        notes.append(
+            "no completion gaps (load counters without completion_gaps, and request samples "
+            "that do not hold every request): stalls are judged on whole windows"
+        )
     for name, value in (("gpu", gpu), ("host", host), ("triton_stats", triton)):
         if value is None:
             notes.append(f"no {name} telemetry: causes that need it are not assessable")
@@ -328,6 +354,9 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         max_batch_size=max_batch,
         max_queue_delay_ms=max_delay_ms,
         burst_mask=burst_mask,
+        corrected_p50_ms=_array(corrected.latency.p50_ms),
+        dispatch_lag_ms=load.dispatch_lag_max_ms if load is not None else None,
+        gaps=gaps,
     )
     primary = next(
         (p for p in PRIMARY_PERCENTILES if any(e.percentile == p for e in episodes)), "p99"

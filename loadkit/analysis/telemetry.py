@@ -50,6 +50,7 @@ class LoadSeries:
     in_flight: np.ndarray
     out_of_range: np.ndarray
     error_kinds: dict[str, int] = field(default_factory=dict)
+    dispatch_lag_max_ms: np.ndarray | None = None  # worst arrival-scheduler lateness
 
 
 def align_load(frame: pd.DataFrame, grid: WindowGrid) -> LoadSeries | None:
@@ -80,7 +81,9 @@ def align_load(frame: pd.DataFrame, grid: WindowGrid) -> LoadSeries | None:
                 for kind, count in entry.items():
                     if isinstance(count, int | float):
                         kinds[str(kind)] = kinds.get(str(kind), 0) + int(count)
+    lag = numeric(frame, "dispatch_lag_max_ms")
     return LoadSeries(
+        dispatch_lag_max_ms=reduce_on_grid(grid, t, lag, "max") if lag is not None else None,
         offered=total("offered"),
         ok=total("ok"),
         errors=total("errors"),

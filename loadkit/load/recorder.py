@@ -32,6 +32,9 @@ from loadkit.rundir.layout import LATENCY_DIR, LOAD_DIR, REQUESTS_DIR
 INTERVAL_NS = 1_000_000_000
 DEFAULT_SAMPLE_SIZE = 200  # uniform reservoir per interval per request name
 DEFAULT_SLOWEST_KEPT = 5  # plus the slowest requests of each interval, for drill-down
+# Completion gaps (no request completed while some were in flight) this long or
+# longer are written exactly: a stall of a few hundred ms hides in a 1 s count.
+GAP_RECORDED_NS = 50_000_000
 
 
 @dataclass
@@ -72,6 +75,7 @@ class _NameInterval:
     seen: int = 0
     reservoir: list[_Sample] = field(default_factory=list)
     slowest: list[tuple[int, int, _Sample]] = field(default_factory=list)  # min-heap
+    gaps: list[list[int]] = field(default_factory=list)  # [start_ns, end_ns] ending here
 
 
 class LatencyRecorder:
@@ -103,6 +107,8 @@ class LatencyRecorder:
         self._first_open: int | None = None  # lowest interval index not yet written
         self._seq = 0
         self.in_flight = 0
+        # Since when requests have been in flight with none completing (None: idle).
+        self._waiting_since_ns: int | None = None
         self.closed = False
         self.totals: Counter[str] = Counter()
 
@@ -148,6 +154,8 @@ class LatencyRecorder:
         if closed_model:  # the closed model offers what it starts
             slot.offered += 1
             self.totals["offered"] += 1
+        if self.in_flight == 0:
+            self._waiting_since_ns = sent_ns
         self.in_flight += 1
         self.totals["started"] += 1
 
@@ -165,6 +173,10 @@ class LatencyRecorder:
         """A request finished (successfully or not); call once per `started`."""
         self.in_flight = max(0, self.in_flight - 1)
         index, slot = self._slot(name, done_ns)
+        since = self._waiting_since_ns
+        if since is not None and done_ns - since >= GAP_RECORDED_NS:
+            slot.gaps.append([since, done_ns])
+        self._waiting_since_ns = done_ns if self.in_flight > 0 else None
         if ok:
             slot.ok += 1
             self.totals["ok"] += 1
@@ -260,6 +272,7 @@ class LatencyRecorder:
                     "out_of_range": slot.out_of_range,
                     "error_kinds": dict(slot.error_kinds),
                     "dispatch_lag_max_ms": round(slot.dispatch_lag_max_ns / 1e6, 3),
+                    "completion_gaps": slot.gaps,
                 }
             )
             for kind in ("corrected", "service"):

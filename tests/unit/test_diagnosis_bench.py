@@ -16,6 +16,7 @@ from bench.diagnosis.score import (
     true_period,
 )
 from loadkit.analysis import model as m
+from loadkit.analysis.causes import CAUSE_IDS
 from loadkit.rundir import RunWriter, append_event, load_run
 
 S = 1_000_000_000
@@ -30,7 +31,7 @@ def test_plans_are_seeded_and_differ_between_seeds() -> None:
 def test_every_case_maps_to_analyzer_causes(case: str) -> None:
     plan = plan_case(case, 1)
     assert set(plan.faults) <= set(CASE_CAUSES)
-    assert all(CASE_CAUSES[f] in m.CAUSES for f in plan.faults)
+    assert all(CASE_CAUSES[f] in CAUSE_IDS for f in plan.faults)
     assert (case == "clean") == (not plan.faults)
     for fault in plan.faults.values():
         schedule = fault.get("schedule")
