@@ -90,14 +90,13 @@ def gaps_from_load(frame: pd.DataFrame) -> CompletionGaps | None:
     """Gaps the recorder wrote (`completion_gaps`), intersected over active processes."""
     if frame.empty or "completion_gaps" not in frame.columns or "t_ns" not in frame.columns:
         return None
-    procs = (
-        frame["process"].astype(str)
-        if "process" in frame.columns
-        else pd.Series(["0"] * len(frame), index=frame.index)
+    procs: list[str] = (
+        [str(p) for p in frame["process"]] if "process" in frame.columns else ["0"] * len(frame)
     )
     by_proc: dict[str, list[tuple[int, int]]] = {}
     active: dict[str, set[int]] = {}
-    for proc, t, entry in zip(procs, frame["t_ns"], frame["completion_gaps"], strict=True):
+    for i, (t, entry) in enumerate(zip(frame["t_ns"], frame["completion_gaps"], strict=True)):
+        proc = procs[i]
         active.setdefault(proc, set()).add(int(t) // NS)
         spans = by_proc.setdefault(proc, [])
         if isinstance(entry, list):
