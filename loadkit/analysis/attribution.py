@@ -20,17 +20,20 @@ evidence (e.g. "queue time far above the batching window").
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
 
-from loadkit.analysis.causes import BY_ID, REGISTRY, Cause
+from loadkit.analysis.breakdown import episode_mask, growth
+from loadkit.analysis.causes import BY_ID, REGISTRY, UNEXPLAINED, Cause
 from loadkit.analysis.causes._gpu_clock import CLOCK_DROP_RATIO, POWER_AT_LIMIT, REASON_SHARE
 from loadkit.analysis.causes.base import (
     Signals,
     Signature,
+    components,
     compute_inflation,
     expected_batch_compute,
     service_capacity_rps,
@@ -253,22 +256,51 @@ def attribute(
     baseline = baseline_mask(sig.n, all_episodes, sig.starts_ns)
     if baseline.sum() < 3:  # nearly everything is an episode: use all windows
         baseline = np.ones(sig.n, dtype=bool)
-    signatures = [cause.signature(sig, baseline) for cause in causes]
     findings: list[Finding] = []
     checks: list[CauseCheck] = []
     causes_by_episode: dict[str, list[str]] = {}
-    for signature in signatures:
-        finding, check, _ = score(signature, episodes, sig, baseline)
-        checks.append(check)
-        if finding is None:
-            continue
-        findings.append(finding)
-        if signature.holds is None or signature.run_level:
-            continue
-        for e in all_episodes:
-            win = _episode_windows(e, sig.starts_ns, LEAD_WINDOWS)
-            if np.nansum(signature.holds[win]) > 0:
-                causes_by_episode.setdefault(e.episode_id, []).append(signature.cause)
+
+    def run(cause_list: Sequence[Cause], tested: Sequence[SpikeEpisode], cap: str | None) -> None:
+        for cause in cause_list:
+            signature = cause.signature(sig, baseline)
+            if cap is not None:
+                signature.max_confidence = cap_confidence(signature.max_confidence or cap, cap)
+            finding, check, _ = score(signature, tested, sig, baseline)
+            checks.append(check)
+            if finding is None:
+                continue
+            findings.append(finding)
+            if signature.holds is None or signature.run_level:
+                continue
+            for e in all_episodes:
+                win = _episode_windows(e, sig.starts_ns, LEAD_WINDOWS)
+                if np.nansum(signature.holds[win]) > 0:
+                    causes_by_episode.setdefault(e.episode_id, []).append(signature.cause)
+
+    run([c for c in causes if c.kind != UNEXPLAINED], episodes, None)
+    # What no cause found at moderate or above explains: which part of the latency grew.
+    explained = {
+        i
+        for f in findings
+        if f.episodes and _RANK[f.confidence] <= _RANK["moderate"]
+        for i in f.episodes
+    }
+    left = [e for e in episodes if e.episode_id not in explained]
+    fallback = [c for c in causes if c.kind == UNEXPLAINED]
+    grew = Counter(
+        growth(components(sig), episode_mask(e, sig.starts_ns), baseline)[0] for e in left
+    )
+    # The part of the latency that grew in most of the episodes left over names the finding.
+    component = grew.most_common(1)[0][0] if grew else None
+    named = [c for c in fallback if c.component == component]
+    if named:
+        # Most episodes explained: what is left over is at most a weak lead.
+        run(named, left, "weak" if 2 * len(left) < len(episodes) else None)
+    if not left:
+        why = "every spike episode is explained" if episodes else "no spike episodes to explain"
+    else:
+        why = f"the part that grew in the unexplained episodes is {component or 'unknown'}"
+    checks += [CauseCheck(c.id, "not_found", why) for c in fallback if c not in named]
     # Episode causes first: a standing condition never outranks a cause of the spikes.
     findings.sort(
         key=lambda f: (not f.episodes, _RANK[f.confidence], -len(f.episodes), -f.coincidence)

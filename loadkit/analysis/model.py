@@ -236,6 +236,10 @@ class SpikeEpisode:
     peak_z: float  # (peak - baseline) / robust scale
     windows: int
     causes: tuple[str, ...] = ()  # cause identifiers attributed to this episode
+    # Where the time went: the latency component that grew most in this episode
+    # (LatencyBreakdown names) and by how much over its baseline (ms); None: unknown.
+    grew: str | None = None
+    grew_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -254,6 +258,31 @@ class Periodicity:
 
 
 # --- attribution --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LatencyComponent:
+    """One part of a request's latency, per window (ms)."""
+
+    name: str  # generator_lag, client_network, server_queue, server_compute, server_side
+    label: str
+    ms: Series
+    baseline_ms: float | None  # median over baseline windows
+
+
+@dataclass(frozen=True)
+class LatencyBreakdown:
+    """Where the time goes, per window: generator, client + network, server queue, compute.
+
+    generator_lag = corrected P50 - service P50 (the send was late);
+    client_network = service P50 - Triton's request time per request;
+    server_queue, server_compute (input + infer + output) from Triton's statistics.
+    Without Triton statistics only generator_lag and server_side (= service
+    P50: the server and the network, not split) are known.
+    """
+
+    components: tuple[LatencyComponent, ...]
+    source: str  # "triton statistics" or "client only"
 
 
 @dataclass(frozen=True)
@@ -482,6 +511,7 @@ class Analysis:
     notes: tuple[str, ...]  # warnings and choices made (window widening, missing sources)
     batch_by_phase: tuple[PhaseBatchHistogram, ...] = ()  # batch-size histogram per phase
     intervals: tuple[Interval, ...] = ()  # throttle / cgroup / fault spans, by start time
+    breakdown: LatencyBreakdown | None = None  # where the time goes, per window
 
     def to_dict(self) -> dict[str, Any]:
         return typing.cast(dict[str, Any], to_jsonable(self))

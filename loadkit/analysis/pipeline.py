@@ -12,6 +12,7 @@ import pandas as pd
 from loadkit import __version__
 from loadkit.analysis import attribution as attr
 from loadkit.analysis.align import NS, WindowGrid, make_grid
+from loadkit.analysis.breakdown import breakdown, label_episodes
 from loadkit.analysis.episodes import baseline_windows_for, find_episodes
 from loadkit.analysis.figures import with_figure_values
 from loadkit.analysis.gaps import CompletionGaps, gaps_from_load, gaps_from_samples
@@ -364,8 +365,19 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
     attribution = attr.attribute(
         signals, [e for e in episodes if e.percentile == primary], episodes
     )
+    # Where the time goes, per window, and which part grew in each episode.
+    base = attr.baseline_mask(grid.n, episodes, grid.starts_ns)
+    if base.sum() < 3:
+        base = np.ones(grid.n, dtype=bool)
+    latency_breakdown, parts = breakdown(signals, base)
+    grew = label_episodes(episodes, parts, grid.starts_ns, base)
     episodes = [
-        replace(e, causes=tuple(attribution.causes_by_episode.get(e.episode_id, ())))
+        replace(
+            e,
+            causes=tuple(attribution.causes_by_episode.get(e.episode_id, ())),
+            grew=grew[e.episode_id][0],
+            grew_ms=grew[e.episode_id][1],
+        )
         for e in episodes
     ]
 
@@ -446,6 +458,7 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
             periodic.percentile if periodic else None,
         ),
         notes=tuple(notes),
+        breakdown=latency_breakdown,
     )
     # Figure values (aligned signals, batch sizes per phase, shaded intervals, CPU per core).
     return with_figure_values(analysis, grid, run, gpu, host, start + int(warmup_s * NS))

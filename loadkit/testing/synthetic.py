@@ -548,7 +548,15 @@ def _write_host(
 def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_ns: int) -> None:
     out = writer.series("triton_stats")
     cum = dict.fromkeys(
-        ("success_count", "execution_count", "inference_count", "queue_ns", "compute_infer_ns"), 0
+        (
+            "success_count",
+            "success_ns",
+            "execution_count",
+            "inference_count",
+            "queue_ns",
+            "compute_infer_ns",
+        ),
+        0,
     )
     n = int(spec.duration_s / spec.stats_interval_s)
     reset_done = False
@@ -569,6 +577,8 @@ def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_
             "queue_ns": int(sim.queue_s[done_here].sum() * NS),
             "compute_infer_ns": int((sim.batch_compute_s[in_b] * sizes).sum() * NS),
         }
+        # Triton's request time: queue + compute (input/output are 0 here)
+        delta["success_ns"] = delta["queue_ns"] + delta["compute_infer_ns"]
         for key, value in delta.items():
             cum[key] += value
         if _in_gap(t0, spec):

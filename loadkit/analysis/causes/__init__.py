@@ -18,8 +18,17 @@ from loadkit.analysis.causes import (
     gpu_clock_power,
     gpu_clock_thermal,
     process_stall,
+    unexplained,
 )
-from loadkit.analysis.causes.base import EITHER, EPISODIC, STANDING, Cause, Signals, Signature
+from loadkit.analysis.causes.base import (
+    EITHER,
+    EPISODIC,
+    STANDING,
+    UNEXPLAINED,
+    Cause,
+    Signals,
+    Signature,
+)
 
 # In the order causes are tested (and listed in `causes_checked`).
 REGISTRY: tuple[Cause, ...] = (
@@ -32,6 +41,8 @@ REGISTRY: tuple[Cause, ...] = (
     cgroup_throttling.CAUSE,
     connection_churn.CAUSE,
     process_stall.CAUSE,
+    # No cause matched: which part of the latency grew (scored last, on what is left).
+    *unexplained.CAUSES,
 )
 
 BY_ID: dict[str, Cause] = {c.id: c for c in REGISTRY}
@@ -49,6 +60,7 @@ __all__ = [
     "EPISODIC",
     "REGISTRY",
     "STANDING",
+    "UNEXPLAINED",
     "Cause",
     "Signals",
     "Signature",

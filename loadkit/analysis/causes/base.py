@@ -29,6 +29,8 @@ from loadkit.analysis.telemetry import (
 EPISODIC = "episodic"
 STANDING = "standing"
 EITHER = "either"
+# A fallback: scored only on the episodes no other found cause explains.
+UNEXPLAINED = "unexplained"
 
 
 @dataclass
@@ -90,6 +92,8 @@ class Cause:
     # Names of loadkit fault events (events.jsonl, kind "fault") that inject this
     # cause: the ground truth the diagnosis benchmark scores against.
     fault_events: tuple[str, ...] = ()
+    # For an unexplained slowdown: the latency component (breakdown name) it names.
+    component: str | None = None
 
 
 # --- helpers ------------------------------------------------------------------------
@@ -195,3 +199,33 @@ def outside_server_ms(sig: Signals) -> np.ndarray | None:
     if sig.triton is None:
         return None
     return sig.service_p50_ms - (sig.triton.queue_ms_per_request + sig.triton.batch_compute_ms)
+
+
+# --- where the time goes (loadkit/analysis/breakdown.py) ------------------------------
+
+LABELS = {
+    "generator_lag": "generator lag (sent late)",
+    "client_network": "client + network",
+    "server_queue": "server queue",
+    "server_compute": "server compute (input + infer + output)",
+    "server_side": "server + network (no server statistics)",
+}
+
+
+def components(sig: Signals) -> dict[str, np.ndarray]:
+    """Each known component per window (ms; NaN unknown)."""
+    out: dict[str, np.ndarray] = {}
+    if sig.corrected_p50_ms is not None:
+        out["generator_lag"] = np.maximum(sig.corrected_p50_ms - sig.service_p50_ms, 0.0)
+    tr = sig.triton
+    if tr is None:
+        out["server_side"] = sig.service_p50_ms
+        return out
+    compute = tr.compute_total_ms if tr.compute_total_ms is not None else tr.batch_compute_ms
+    server = tr.request_ms_per_request
+    if server is None or np.all(np.isnan(server)):
+        server = tr.queue_ms_per_request + compute
+    out["client_network"] = np.maximum(sig.service_p50_ms - server, 0.0)
+    out["server_queue"] = tr.queue_ms_per_request
+    out["server_compute"] = compute
+    return out

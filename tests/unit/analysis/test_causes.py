@@ -73,6 +73,18 @@ def test_slow_compute_at_flat_arrivals_is_not_an_arrival_burst(analyze_spec):
     # THEN no arrival burst (arrivals never rose), no stall, no clock cause
     assert "arrival_burst" not in causes, a.findings
     assert "process_stall" not in causes
+    assert not causes & {"gpu_clock_thermal", "gpu_clock_power", "gpu_clock_other"}
+    # ... but a specific finding: the compute grew, and nothing else moved
+    top = a.findings[0]
+    assert top.cause == "unexplained_compute_slowdown", [
+        (f.cause, f.confidence) for f in a.findings
+    ]
+    assert top.confidence in ("strong", "moderate")
+    assert "compute per batch x2" in top.summary and "no change in GPU clock" in top.summary
+    assert top.action
+    # ... and every P99 episode says the server's compute is what grew
+    p99 = a.episodes_for("p99")
+    assert p99 and all(e.grew == "server_compute" for e in p99), [e.grew for e in p99]
 
 
 def test_arrival_burst_without_capacity_says_so_and_stays_weak(analyze_spec):
@@ -100,4 +112,32 @@ def test_every_cause_is_one_registry_entry_with_what_the_report_needs():
     assert len(ids) == len(set(ids))
     for cause in REGISTRY:
         assert cause.title and cause.action and callable(cause.signature)
-        assert cause.kind in ("episodic", "standing", "either")
+        assert cause.kind in ("episodic", "standing", "either", "unexplained")
+        assert (cause.component is not None) == (cause.kind == "unexplained")
+
+
+def test_where_the_time_goes_names_the_part_that_grew(analyze_spec):
+    # GIVEN the client host saturated every 9 s (requests sent and handled late)
+    sat = tuple(W(12 + 9 * k, 15 + 9 * k, 15.0) for k in range(7))
+    a = analyze_spec(RunSpec(duration_s=80, rate_rps=300, cpu_saturations=sat), "client-cpu")
+    # THEN the breakdown has the four parts from Triton's statistics ...
+    assert a.breakdown is not None and a.breakdown.source == "triton statistics"
+    names = [c.name for c in a.breakdown.components]
+    assert names == ["generator_lag", "client_network", "server_queue", "server_compute"]
+    assert all(len(c.ms) == len(a.windows.t_ns) for c in a.breakdown.components)
+    # ... and the episodes grew outside the server (generator or client + network)
+    p99 = a.episodes_for("p99")
+    assert p99 and all(e.grew in ("generator_lag", "client_network") for e in p99)
+
+
+def test_a_stall_grows_the_server_side_and_without_server_statistics_says_so(analyze_spec):
+    stalls = _periodic(12.4, 0.6)
+    with_stats = analyze_spec(RunSpec(duration_s=80, rate_rps=200, stalls=stalls), "stall-split")
+    p99 = with_stats.episodes_for("p99")
+    assert p99 and all(e.grew in ("server_queue", "server_compute") for e in p99)
+    # GIVEN no Triton statistics: the server side and the network are one part
+    spec = RunSpec(duration_s=80, rate_rps=200, stalls=stalls, sources=("host",))
+    a = analyze_spec(spec, "stall-client-only")
+    assert a.breakdown is not None and a.breakdown.source == "client only"
+    assert [c.name for c in a.breakdown.components] == ["generator_lag", "server_side"]
+    assert all(e.grew == "server_side" for e in a.episodes_for("p99"))
