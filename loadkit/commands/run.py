@@ -12,33 +12,40 @@ from loadkit.errors import EXIT_INTERRUPTED, UsageError
 HELP = "run a load scenario (Locust, open model) and record latency + telemetry"
 
 DESCRIPTION = """\
-Run a scenario (a locustfile in scenarios/) against a target, headless, and
+Run a scenario against a target, headless, and
 record into reports/<run_id>/: HdrHistogram interval logs of latency measured
 from the intended send time (coordinated-omission corrected) and from the
 actual send, per-second load counters (offered, achieved, errors by kind,
 dropped arrivals), a sample of requests, shape phases (burst-start, ...) and
 host/GPU/Triton telemetry.
 
-Ctrl-C stops the run: it is marked 'aborted' and keeps everything recorded
-(exit status 130). Scenario parameters are set with --set name=value; pass
-the scenario before --help to list its parameters.
+The scenario is a built-in one by name (`loadkit scenarios` lists them) or
+the path of your own locustfile. Ctrl-C (or SIGTERM) stops the run: it is
+marked 'aborted' and keeps everything recorded (exit status 130). Scenario
+parameters are set with --set name=value; pass the scenario before --help to
+list its parameters.
 
 examples:
-  loadkit run scenarios/burst_2x.py --target http://127.0.0.1:8000
-  loadkit run scenarios/burst_2x.py --target http://127.0.0.1:8000 \\
+  loadkit run burst_2x --target http://127.0.0.1:8000
+  loadkit run burst_2x --target http://127.0.0.1:8000 \\
       --set base_rate=50 --set multiplier=3 --duration 60
-  loadkit run scenarios/steps_to_knee.py --target 127.0.0.1:8001 --set protocol=grpc
-  loadkit run scenarios/soak.py --target http://127.0.0.1:8000 --workers 2
+  loadkit run steps_to_knee --target 127.0.0.1:8001 --set protocol=grpc
+  loadkit run soak --target http://127.0.0.1:8000 --workers 2
 """
 
 
 def _scenario_from_argv(argv: list[str]) -> Path | None:
-    """The scenario file named on this command line, for `loadkit run X.py --help`."""
+    """The scenario named on this command line, for `loadkit run burst_2x --help`."""
+    from loadkit.load.catalog import builtin_path
+
     if "run" not in argv:
         return None
     for arg in argv[argv.index("run") + 1 :]:
+        if arg.startswith("-"):
+            continue
         if arg.endswith(".py") and Path(arg).is_file():
             return Path(arg)
+        return builtin_path(arg)
     return None
 
 
@@ -65,7 +72,11 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     scenario_file = _scenario_from_argv(sys.argv)
     if scenario_file is not None and ("-h" in sys.argv or "--help" in sys.argv):
         parser.epilog = _scenario_help(scenario_file)
-    parser.add_argument("scenario", type=Path, help="scenario file, e.g. scenarios/burst_2x.py")
+    parser.add_argument(
+        "scenario",
+        help="a built-in scenario's name (e.g. burst_2x; see `loadkit scenarios`) or a "
+        "locustfile's path",
+    )
     parser.add_argument(
         "--target",
         required=True,
@@ -131,9 +142,11 @@ def _stats_url(choice: str, target: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from loadkit.load.catalog import resolve_scenario
     from loadkit.load.orchestrator import TelemetryOptions, run_scenario
     from loadkit.load.summary import summarize_run
 
+    scenario = resolve_scenario(args.scenario)
     params = parse_overrides(args.overrides)
     telemetry = TelemetryOptions(
         enabled=not args.no_telemetry,
@@ -143,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         server_pid=args.server_pid,
     )
     run_dir = run_scenario(
-        args.scenario,
+        scenario,
         args.target,
         duration_s=args.duration,
         workers=args.workers,

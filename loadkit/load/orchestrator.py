@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from loadkit.errors import LoadkitError, TargetError, UsageError
+from loadkit.load.catalog import resolve_scenario
 from loadkit.load.describe import describe_scenario
 from loadkit.load.progress import LiveRunReader, Progress, ProgressPrinter
 from loadkit.load.scenario import (
@@ -336,7 +337,7 @@ def run_scenario(
     KeyboardInterrupt: this function then returns normally, data kept) or when
     Locust failed (then a LoadkitError is raised after finalizing).
     """
-    scenario_path = Path(scenario_path)
+    scenario_path = resolve_scenario(scenario_path)
     if workers < 0:
         raise UsageError(f"--workers must be >= 0, got {workers}")
     overrides = {k: v for k, v in (params or {}).items()}
