@@ -28,7 +28,7 @@ import numpy as np
 from scipy import stats
 
 from loadkit.analysis.breakdown import episode_mask, growth
-from loadkit.analysis.causes import BY_ID, REGISTRY, UNEXPLAINED, Cause
+from loadkit.analysis.causes import BY_ID, REGISTRY, STANDING, UNEXPLAINED, Cause
 from loadkit.analysis.causes._gpu_clock import CLOCK_DROP_RATIO, POWER_AT_LIMIT, REASON_SHARE
 from loadkit.analysis.causes.base import (
     Signals,
@@ -139,7 +139,10 @@ def score(
         valid = ~np.isnan(holds)
         share = float(np.nanmean(holds[valid])) if valid.any() else 0.0
         if share >= 0.5:
-            level = "strong" if share >= 0.8 else "moderate"
+            level = (
+                cap_confidence("strong" if share >= 0.8 else "moderate", signature.max_confidence)
+                or "weak"
+            )
             ev = signature.evidence(ep_union & valid, valid) if signature.evidence else []
             # A standing condition: it does not explain episodes, it is there all along.
             finding = _finding(
@@ -161,7 +164,7 @@ def score(
                 CauseCheck(cause, "found", f"holds in {share:.0%} of windows"),
                 explained,
             )
-        if not tested:
+        if not tested or signature.standing:
             return None, CauseCheck(cause, "not_found", f"holds in {share:.0%} of windows"), []
     if not episodes:
         return None, CauseCheck(cause, "not_found", "no spike episodes to explain"), []
@@ -263,6 +266,8 @@ def attribute(
     def run(cause_list: Sequence[Cause], tested: Sequence[SpikeEpisode], cap: str | None) -> None:
         for cause in cause_list:
             signature = cause.signature(sig, baseline)
+            if cause.kind == STANDING:  # never a spike cause, whatever its share
+                signature.run_level = signature.standing = True
             if cap is not None:
                 signature.max_confidence = cap_confidence(signature.max_confidence or cap, cap)
             finding, check, _ = score(signature, tested, sig, baseline)

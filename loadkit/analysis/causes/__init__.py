@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from loadkit.analysis.causes import (
     arrival_burst,
+    batches_pinned,
     batching_window,
     cgroup_throttling,
     connection_churn,
@@ -17,6 +18,7 @@ from loadkit.analysis.causes import (
     gpu_clock_other,
     gpu_clock_power,
     gpu_clock_thermal,
+    gpu_underused,
     process_stall,
     unexplained,
 )
@@ -41,6 +43,9 @@ REGISTRY: tuple[Cause, ...] = (
     cgroup_throttling.CAUSE,
     connection_churn.CAUSE,
     process_stall.CAUSE,
+    # Standing conditions checked on every run (never spike causes).
+    batches_pinned.CAUSE,
+    gpu_underused.CAUSE,
     # No cause matched: which part of the latency grew (scored last, on what is left).
     *unexplained.CAUSES,
 )

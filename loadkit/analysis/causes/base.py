@@ -72,6 +72,7 @@ class Signature:
     evidence: Callable[[np.ndarray, np.ndarray], list[Evidence]] | None = None
     not_assessable: str | None = None
     run_level: bool = False  # a standing condition, not an episode cause
+    standing: bool = False  # only ever a standing condition (never tested against episodes)
     notes: list[str] = field(default_factory=list)
     # The highest confidence the data allow (e.g. "weak" when a capacity is unknown).
     max_confidence: str | None = None
