@@ -48,7 +48,12 @@ CASE_CAUSES = {
     "batching-window": m.CAUSE_BATCHING_WINDOW,
     "bursts": m.CAUSE_ARRIVAL_BURST,
     "churn": m.CAUSE_CONNECTION_CHURN,
+    "model-slowdown": "unexplained_compute_slowdown",
 }
+# Plan fault keys of controls: a fault that must not be blamed (no cause to find).
+CONTROL_FAULTS = {"busy-host", "cgroup-quota-loose"}
+# Cases scored as clean controls: no finding above weak.
+CONTROL_CASES = ("clean", "clean-busy", "cgroup-quota-loose")
 # Ground-truth event name (kind "fault") -> analyzer cause, from the cause registry
 # (each cause lists the fault events that inject it; the simulated GPU's
 # `thermal-throttle` (the effect) is the window, not `cooling-fault` (its trigger)).
@@ -152,6 +157,8 @@ def true_period(plan: dict[str, Any]) -> float | None:
     """The injected period when the run has exactly one periodic fault."""
     periods = []
     for name, params in plan.get("faults", {}).items():
+        if name in CONTROL_FAULTS:
+            continue
         if name == "bursts":
             periods.append(params.get("burst_period_s"))
         elif isinstance(params.get("schedule"), dict):
@@ -168,7 +175,7 @@ def score_run(path: Path, *, save_analysis: bool = True) -> RunScore:
     if save_analysis:
         analysis.save(Path(path) / "analysis.json")
     truth = ground_truth(run)
-    true_causes = [CASE_CAUSES[f] for f in plan.get("faults", {})]
+    true_causes = [CASE_CAUSES[f] for f in plan.get("faults", {}) if f not in CONTROL_FAULTS]
     episodic = [t for t in truth if not t.run_long and t.cause not in STANDING_CAUSES]
     run_level = sorted({t.cause for t in truth if t not in episodic})
     episodes = _primary_episodes(analysis)
@@ -247,7 +254,7 @@ def summarize(scores: Sequence[RunScore]) -> dict[str, Any]:
     confusion: dict[str, Counter[str]] = defaultdict(Counter)
     for s in scores:
         confusion[s.case][s.top] += 1
-    clean = [s for s in scores if s.case == "clean"]
+    clean = [s for s in scores if s.case in CONTROL_CASES]
     worst = [max((CONFIDENCE_RANK[c] for _, c in s.findings), default=0) for s in clean]
     return {
         "runs": len(scores),
@@ -292,7 +299,8 @@ def markdown(summary: dict[str, Any], scores: Sequence[RunScore], title: str) ->
     clean = summary["clean"]
     lines += [
         "",
-        f"Clean runs: {clean['runs']}; with any finding: {clean['with_findings']}; "
+        f"Clean and control runs ({', '.join(CONTROL_CASES)}): {clean['runs']}; "
+        f"with any finding: {clean['with_findings']}; "
         f"with a finding above weak: {clean['above_weak']}.",
         "",
     ]
