@@ -204,3 +204,28 @@ def test_busy_cores_while_arrivals_burst_are_the_burst_not_a_noisy_neighbour():
     sig.offered_rps[4:6] = 600.0  # the server works through a burst: its cores are busy
     s = cpu_saturation.signature(sig, np.array([True] * 4 + [False] * 2 + [True] * 6))
     assert s.holds is not None and np.nonzero(s.holds > 0)[0].tolist() == [8]
+
+
+def test_a_gap_while_the_cpu_is_taken_is_cpu_starvation_not_a_stall():
+    from loadkit.analysis.causes import process_stall
+    from tests.unit.analysis.test_attribution_overlaps import _host
+
+    n = 12
+    sig = _signals(n)
+    # GIVEN gaps of 0.6 s in windows 3 and 8; the cores are saturated only in window 8
+    sig.gaps = CompletionGaps(
+        np.array([[3 * S + S // 5, 3 * S + 4 * S // 5], [8 * S + S // 5, 8 * S + 4 * S // 5]]),
+        "test",
+    )
+    host = _host(n, 0.0, None)
+    host.has_per_core = True
+    host.busy_core_frac = np.zeros(n)
+    host.busy_core_frac[8] = 1.0
+    sig.host = host
+    s = process_stall.signature(sig, np.ones(n, dtype=bool))
+    # THEN only the gap on an otherwise idle CPU is a stall
+    assert s.holds is not None and np.nonzero(s.holds > 0)[0].tolist() == [3]
+    # ... and on a host busy all run long, the CPU does not explain either gap
+    host.busy_core_frac = np.ones(n)
+    s = process_stall.signature(sig, np.ones(n, dtype=bool))
+    assert s.holds is not None and np.nonzero(s.holds > 0)[0].tolist() == [3, 8]
