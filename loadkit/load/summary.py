@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from loadkit.rundir import load_run, new_histogram
 
@@ -25,6 +26,7 @@ class RunSummary:
     service_ms: dict[str, float] = field(default_factory=dict)
     error_kinds: dict[str, int] = field(default_factory=dict)
     error_messages: dict[str, list[str]] = field(default_factory=dict)  # the server's words
+    abort: dict[str, Any] | None = None  # the manifest's `abort` (an --abort-on condition, Ctrl-C)
 
     @property
     def achieved_per_s(self) -> float:
@@ -51,6 +53,11 @@ class RunSummary:
                 f"  corrected {fmt(self.corrected_ms)}",
                 f"  service   {fmt(self.service_ms)}",
                 *said,
+                *(
+                    [f"  aborted   {self.abort['message']}"]
+                    if self.abort and self.abort.get("message")
+                    else []
+                ),
                 f"next: loadkit analyze {self.run_dir}",
             ]
         )
@@ -92,5 +99,6 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
         service_ms=percentiles("service"),
         error_kinds=kinds,
         error_messages=run.error_messages(),
+        abort=run.manifest.get("abort"),
         **totals,
     )
