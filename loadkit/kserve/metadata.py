@@ -310,7 +310,8 @@ def _ready_names(models: list[Any]) -> list[str]:
     names = []
     for m in models:
         if isinstance(m, dict) and m.get("name"):
-            state = str(m.get("state") or "READY").upper()
+            # MLServer's gRPC index says "State.READY"
+            state = str(m.get("state") or "READY").upper().rsplit(".", 1)[-1]
             if state == "READY" and str(m["name"]) not in names:
                 names.append(str(m["name"]))
     return names

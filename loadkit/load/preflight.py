@@ -136,6 +136,7 @@ def send_one(
     seed: int = 0,
     json_body: Any = None,
     expects: Callable[[], str | None] | None = None,
+    binary_tensors: bool | None = None,
 ) -> float:
     """Send the run's first request; return its latency (ms) or raise with the server's words.
 
@@ -169,6 +170,11 @@ def send_one(
         if takes is None and plan.spec is not None:
             takes = plan.spec.expects()
         said = f"model {plan.model!r} expects {takes}; " if takes else ""
+        if protocol == "http" and binary_tensors is False:
+            said = (
+                "the server does not list the binary_tensor_data extension: "
+                "use --set protocol=json (JSON tensors) or protocol=grpc; " + said
+            )
         raise ServerRejected(
             f"the server rejected loadkit's pre-flight request ({kind}): {words}",
             hint=f"{said}loadkit sent {request.describe()}",
@@ -208,12 +214,21 @@ def run_preflight(
     needs_metadata = source == "metadata" and not _is_bodies(params)
     client = open_client(target, protocol)
     try:
+        binary: bool | None = None
         if needs_metadata:
-            client.server_metadata()  # unreachable / not KServe v2: exit 3 here
+            meta = client.server_metadata()  # unreachable / not KServe v2: exit 3 here
+            binary = "binary_tensor_data" in (meta.get("extensions") or [])
         plan, _ = plan_for(client, protocol, params)
         expects = None if needs_metadata else lambda: _server_expects(client, plan.model)
         latency = send_one(
-            plan, protocol, target, params, seed=seed, json_body=json_body, expects=expects
+            plan,
+            protocol,
+            target,
+            params,
+            seed=seed,
+            json_body=json_body,
+            expects=expects,
+            binary_tensors=binary,
         )
         server = server_description(client, plan.model)
     finally:
