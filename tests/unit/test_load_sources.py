@@ -12,8 +12,15 @@ import numpy as np
 import pytest
 
 from loadkit.errors import UsageError
-from loadkit.kserve.metadata import ModelSpec, server_words
+from loadkit.kserve.metadata import (
+    ModelSpec,
+    ServerClient,
+    ServerRejected,
+    describe_server,
+    server_words,
+)
 from loadkit.load.failures import HttpStatusError, error_message
+from loadkit.load.preflight import read_model, resolve_model
 from loadkit.load.recorder import MESSAGES_PER_KIND, LatencyRecorder
 from loadkit.load.sources import (
     BodySource,
@@ -289,3 +296,52 @@ def test_recorder_keeps_a_few_distinct_messages_per_kind_in_events(tmp_path: Pat
     }
     assert all(len(m) == MESSAGES_PER_KIND == len(set(m)) for m in by_kind.values())
     assert all(e["process"] == "local" for e in kept)
+
+
+class _FakeClient(ServerClient):
+    """A server without Triton's config endpoint and with gRPC-style JSON (strings for int64)."""
+
+    protocol = "grpc"
+
+    def __init__(self, names: list[str] | None, configs: bool = False) -> None:
+        super().__init__("127.0.0.1:1")
+        self.names, self.configs = names, configs
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": "mlserver", "version": "1.7.1", "extensions": []}
+
+    def model_metadata(self, model: str) -> dict[str, Any]:
+        if model not in (self.names or [model]):
+            raise ServerRejected(f"model {model!r}: Model {model} not found", server_message="nf")
+        return {**DOC_METADATA, "name": model}
+
+    def model_config(self, model: str) -> dict[str, Any] | None:
+        if not self.configs:
+            return None
+        return {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": "20000"}}
+
+    def model_names(self) -> list[str] | None:
+        return self.names
+
+
+def test_describe_server_records_what_there_is_and_says_what_is_missing() -> None:
+    described = describe_server(_FakeClient(["doc_scorer"]))
+    assert (described["name"], described["models"]) == ("mlserver", {})
+    assert "doc_scorer" in described["model_metadata"]
+    assert "no Triton configuration endpoint" in described["not_recorded"][0]
+    with_config = describe_server(_FakeClient(["a", "b"], configs=True))
+    assert set(with_config["models"]) == {"a", "b"} and with_config["not_recorded"] == []
+    unlisted = describe_server(_FakeClient(None))
+    assert unlisted["models"] == {} and "repository index" in unlisted["not_recorded"][0]
+
+
+def test_the_model_defaults_to_the_only_one_and_an_unknown_one_lists_the_loaded() -> None:
+    assert resolve_model(_FakeClient(["only"]), "") == "only"
+    with pytest.raises(UsageError, match="serves 2 models") as many:
+        resolve_model(_FakeClient(["a", "b"]), "")
+    assert many.value.hint is not None and "a, b" in many.value.hint
+    with pytest.raises(ServerRejected, match="cannot list its models"):
+        resolve_model(_FakeClient(None), "")
+    with pytest.raises(ServerRejected) as missing:
+        read_model(_FakeClient(["a", "b"]), "nope")
+    assert missing.value.exit_code == 2 and "loaded models: a, b" in (missing.value.hint or "")
