@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -48,18 +48,36 @@ _MAX_BLOCK = 64
 PRESETS: dict[str, str] = {"ranker": "loadkit.target.requests:ranker_preset"}
 
 
-@dataclass(frozen=True)
-class InferRequest:
-    """One request: (name, datatype, array) per input, requested outputs, or a raw body."""
+class InferRequest(NamedTuple):
+    """One request: named, typed arrays and the requested outputs, or a raw JSON body.
 
-    inputs: tuple[tuple[str, str, np.ndarray], ...]
+    A named tuple whose names and datatypes are shared by every request of a
+    source: one is built per request, and this is the cheapest way to build it.
+    """
+
+    names: tuple[str, ...]
+    datatypes: tuple[str, ...]
+    arrays: tuple[np.ndarray, ...]
     outputs: tuple[str, ...] = ()
     body: bytes | None = None
+
+    @property
+    def inputs(self) -> tuple[tuple[str, str, np.ndarray], ...]:
+        """(name, datatype, array) per input."""
+        return tuple(zip(self.names, self.datatypes, self.arrays, strict=True))
 
     def describe(self) -> str:
         if self.body is not None:
             return f"a {len(self.body)}-byte JSON body"
         return "; ".join(f"{n} {d} {list(a.shape)}" for n, d, a in self.inputs)
+
+
+def tensors_request(
+    inputs: list[tuple[str, str, np.ndarray]], outputs: tuple[str, ...] = ()
+) -> InferRequest:
+    """An InferRequest from (name, datatype, array) triples."""
+    names, datatypes, arrays = zip(*inputs, strict=True) if inputs else ((), (), ())
+    return InferRequest(tuple(names), tuple(datatypes), tuple(arrays), outputs)
 
 
 @dataclass(frozen=True)
@@ -401,23 +419,28 @@ class SyntheticSource(RequestSource):
             for i in plan.inputs
         )
         self._block = max(1, min(_MAX_BLOCK, _BLOCK_BYTES // max(1, row_bytes)))
-        self._blocks: list[np.ndarray] = []
-        self._row = self._block  # draw on first use
+        self._requests: list[InferRequest] = []
+        self._row = 0
+        self._names = tuple(i.name for i in plan.inputs)
+        self._datatypes = tuple(i.datatype for i in plan.inputs)
         self._outputs = plan.outputs
 
     def next(self) -> InferRequest:
         row = self._row
-        if row >= self._block:
-            self._blocks = [self._draw(i) for i in self.plan.inputs]
+        if row >= len(self._requests):
+            self._requests = self._draw_block()
             row = 0
         self._row = row + 1
-        return InferRequest(
-            tuple(
-                (i.name, i.datatype, block[row])
-                for i, block in zip(self.plan.inputs, self._blocks, strict=True)
-            ),
-            self._outputs,
-        )
+        return self._requests[row]
+
+    def _draw_block(self) -> list[InferRequest]:
+        """The next block's requests; `zip` of the blocks slices rows in C."""
+        blocks = [self._draw(i) for i in self.plan.inputs]
+        make = InferRequest._make
+        names, datatypes, outputs = self._names, self._datatypes, self._outputs
+        return [
+            make((names, datatypes, arrays, outputs, None)) for arrays in zip(*blocks, strict=True)
+        ]
 
     def _draw(self, spec: InputPlan) -> np.ndarray:
         size = (self._block, *spec.shape)
@@ -476,16 +499,12 @@ class InputDataSource(RequestSource):
         self._single = [self._request([s]) for s in self._steps] if self._batch == 1 else []
 
     def _request(self, steps: list[dict[str, tuple[str, np.ndarray]]]) -> InferRequest:
-        names = list(steps[0])
         inputs = []
-        for name in names:
-            datatype = steps[0][name][0]
+        for name, (datatype, array) in steps[0].items():
             if self._batched:
                 array = np.stack([s[name][1] for s in steps])
-            else:
-                array = steps[0][name][1]
             inputs.append((name, datatype, array))
-        return InferRequest(tuple(inputs), self._outputs)
+        return tensors_request(inputs, self._outputs)
 
     def next(self) -> InferRequest:
         k = self._k
@@ -501,7 +520,8 @@ class BodySource(RequestSource):
     """Request bodies from a JSON Lines file, replayed as is, in order."""
 
     def __init__(self, plan: RequestPlan, stream: int = 0):
-        self._requests = [InferRequest((), (), body) for body in load_bodies(Path(plan.input_data))]
+        bodies = load_bodies(Path(plan.input_data))
+        self._requests = [InferRequest((), (), (), (), body) for body in bodies]
         self._k = stream % len(self._requests)
 
     def next(self) -> InferRequest:
