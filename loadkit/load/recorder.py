@@ -41,6 +41,9 @@ DEFAULT_SAMPLE_SIZE = 200  # uniform reservoir per interval per request name
 DEFAULT_SLOWEST_KEPT = 5  # plus the slowest requests of each interval, for drill-down
 MESSAGES_PER_KIND = 3  # distinct error messages kept per error kind per process
 MESSAGE_KINDS = 20  # error kinds with messages kept per process
+# Completion gaps (no request completed while some were in flight) this long or
+# longer are written exactly: a stall of a few hundred ms hides in a 1 s count.
+GAP_RECORDED_NS = 50_000_000
 
 
 @dataclass
@@ -81,6 +84,7 @@ class _NameInterval:
     seen: int = 0
     reservoir: list[_Sample] = field(default_factory=list)
     slowest: list[tuple[int, int, _Sample]] = field(default_factory=list)  # min-heap
+    gaps: list[list[int]] = field(default_factory=list)  # [start_ns, end_ns] ending here
 
 
 class LatencyRecorder:
@@ -112,6 +116,8 @@ class LatencyRecorder:
         self._first_open: int | None = None  # lowest interval index not yet written
         self._seq = 0
         self.in_flight = 0
+        # Since when requests have been in flight with none completing (None: idle).
+        self._waiting_since_ns: int | None = None
         # name -> intended_ns -> requests in flight with that intended send time
         self._in_flight_intended: dict[str, Counter[int]] = {}
         self.closed = False
@@ -166,6 +172,8 @@ class LatencyRecorder:
         if closed_model:  # the closed model offers what it starts
             slot.offered += 1
             self.totals["offered"] += 1
+        if self.in_flight == 0:
+            self._waiting_since_ns = sent_ns
         self.in_flight += 1
         pending = self._in_flight_intended.setdefault(name, Counter())
         pending[sent_ns if intended_ns is None else intended_ns] += 1
@@ -193,6 +201,10 @@ class LatencyRecorder:
             else:
                 pending.pop(key, None)
         index, slot = self._slot(name, done_ns)
+        since = self._waiting_since_ns
+        if since is not None and done_ns - since >= GAP_RECORDED_NS:
+            slot.gaps.append([since, done_ns])
+        self._waiting_since_ns = done_ns if self.in_flight > 0 else None
         if ok:
             slot.ok += 1
             self.totals["ok"] += 1
@@ -331,6 +343,7 @@ class LatencyRecorder:
                     "out_of_range": slot.out_of_range,
                     "error_kinds": dict(slot.error_kinds),
                     "dispatch_lag_max_ms": round(slot.dispatch_lag_max_ns / 1e6, 3),
+                    "completion_gaps": slot.gaps,
                 }
             )
             kept = {id(s) for s in slot.reservoir}
