@@ -57,6 +57,16 @@ CAUSES = (
 
 CONFIDENCES = ("strong", "moderate", "weak")
 
+# Drift identifiers (DriftFinding.drift).
+DRIFTS = (
+    "server_memory_growth",
+    "gpu_memory_growth",
+    "gpu_memory_headroom",
+    "latency_floor_creep",
+    "capacity_fall",
+    "errors_onset",
+)
+
 
 # --- run and series ---------------------------------------------------------
 
@@ -415,10 +425,10 @@ class SaturationKnee:
 class DriftTrend:
     """A robust (Theil-Sen) trend of one resource over a soak, and when it runs out."""
 
-    metric: str  # "gpu_mem_used_bytes", "server_rss_bytes", "latency_floor_ms"
+    metric: str  # "gpu_mem_used_bytes", "server_rss_bytes", "latency_floor_ms", "compute_capacity_rps", "served_pct"
     unit: str
     slope_per_hour: float | None
-    slope_low_per_hour: float | None  # 95% interval
+    slope_low_per_hour: float | None  # confidence interval (loadkit.analysis.drift.CONFIDENCE)
     slope_high_per_hour: float | None
     start_value: float | None
     end_value: float | None
@@ -429,12 +439,30 @@ class DriftTrend:
 
 
 @dataclass(frozen=True)
+class DriftFinding:
+    """A drift that matters before launch (loadkit.analysis.drift), with evidence and action.
+
+    Not a spike cause: it judges the whole run, not episodes.
+    """
+
+    drift: str  # one of DRIFTS
+    title: str
+    severity: str  # "critical", "warn"
+    summary: str  # one sentence with the key numbers
+    action: str
+    evidence: tuple[Evidence, ...]
+    metric: str  # the DriftTrend.metric (or series) behind it
+    onset_s: float | None = None  # errors_onset: seconds from the run start
+
+
+@dataclass(frozen=True)
 class SoakDrift:
-    """Drift of memory and latency floor over a long run."""
+    """Drift over a long run: robust trends, and the findings among them that matter."""
 
     duration_s: float
     trends: tuple[DriftTrend, ...]
     summary: str
+    findings: tuple[DriftFinding, ...] = ()
 
 
 @dataclass(frozen=True)

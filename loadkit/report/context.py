@@ -370,6 +370,24 @@ def _soak(analysis: Analysis) -> dict[str, Any] | None:
             }
             for t in s.trends
         ],
+        "findings": [
+            {
+                "drift": f.drift,
+                "title": f.title,
+                "severity": f.severity,
+                "summary": f.summary,
+                "action": f.action,
+                "evidence": [
+                    {
+                        "label": ev.name.replace("_", " "),
+                        "text": fmt.with_unit(ev.value, ev.unit),
+                        "note": ev.note,
+                    }
+                    for ev in f.evidence
+                ],
+            }
+            for f in s.findings
+        ],
     }
 
 
