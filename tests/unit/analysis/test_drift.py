@@ -190,7 +190,9 @@ def test_robust_trend_ignores_outliers():
 
 def test_pipeline_reports_server_memory_growth_of_a_soak(tmp_path):
     # GIVEN an 11-minute run whose server RSS grows 400 MiB an hour (host sampled at 1 Hz)
-    spec = RunSpec(duration_s=660, rate_rps=5, gpu_interval_s=1.0, rss_drift_bytes_per_s=400 * MIB / 3600)
+    spec = RunSpec(
+        duration_s=660, rate_rps=5, gpu_interval_s=1.0, rss_drift_bytes_per_s=400 * MIB / 3600
+    )
     run = load_run(write_run(spec, tmp_path, run_id="leak"))
     # WHEN it is analyzed and reported
     analysis = analyze_run(run)
