@@ -133,6 +133,32 @@ class WindowSeries:
 
 
 @dataclass(frozen=True)
+class Overview:
+    """A long run at minute resolution (loadkit.analysis.overview), for whole-run timelines.
+
+    Latency percentiles come from each minute's merged histograms; the rest are
+    means of the minute's windows (maxima: temperature, busiest core).
+    """
+
+    window_s: float
+    t_s: tuple[float, ...]  # minute start, seconds since run start
+    corrected: LatencyWindows
+    throughput_rps: Series
+    offered_rps: Series
+    gpu_util_pct: Series | None = None
+    gpu_sm_clock_mhz: Series | None = None
+    gpu_sm_clock_max_mhz: Series | None = None
+    gpu_temp_c: Series | None = None
+    gpu_power_w: Series | None = None
+    gpu_power_limit_w: Series | None = None
+    cpu_core_max_pct: Series | None = None
+    cpu_mean_pct: Series | None = None
+    cgroup_throttled_pct: Series | None = None
+    queue_ms_per_request: Series | None = None
+    compute_ms_per_request: Series | None = None
+
+
+@dataclass(frozen=True)
 class BatchSizeMatrix:
     """Executions per batch size per window: `counts[i][j]` is window i, size `sizes[j]`."""
 
@@ -520,6 +546,7 @@ class Analysis:
     notes: tuple[str, ...]  # warnings and choices made (window widening, missing sources)
     batch_by_phase: tuple[PhaseBatchHistogram, ...] = ()  # batch-size histogram per phase
     intervals: tuple[Interval, ...] = ()  # throttle / cgroup / fault spans, by start time
+    overview: Overview | None = None  # minute resolution, for runs longer than 2 h
 
     def to_dict(self) -> dict[str, Any]:
         return typing.cast(dict[str, Any], to_jsonable(self))

@@ -29,6 +29,7 @@ from loadkit.analysis.model import (
     Verdict,
     WindowSeries,
 )
+from loadkit.analysis.overview import build_overview
 from loadkit.analysis.percentiles import (
     MIN_REQUESTS_FOR_P99,
     WINDOW_PERCENTILES,
@@ -397,6 +398,7 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         )
     )
     periodic = run_period(periodicity, primary)
+    overview = build_overview(intervals, start, end, windows, telemetry)
     notes.extend(run.warnings)
     analysis = Analysis(
         schema_version=SCHEMA_VERSION,
@@ -424,6 +426,7 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
             periodic.percentile if periodic else None,
         ),
         notes=tuple(notes),
+        overview=overview,
     )
     # Figure values (aligned signals, batch sizes per phase, shaded intervals, CPU per core).
     return with_figure_values(analysis, grid, run, gpu, host, start + int(warmup_s * NS))
