@@ -19,6 +19,7 @@ from loadkit.errors import EXIT_INTERRUPTED, LoadkitError
 COMMANDS: dict[str, str] = {
     "demo": "loadkit.commands.demo",
     "run": "loadkit.commands.run",
+    "scenarios": "loadkit.commands.scenarios",
     "target": "loadkit.commands.target",
     "watch": "loadkit.commands.watch",
     "import": "loadkit.commands.import_",
@@ -28,8 +29,8 @@ COMMANDS: dict[str, str] = {
 }
 
 EPILOG = """\
-exit codes: 0 ok, 1 SLO failed (--fail-on-slo), 2 bad input, 3 target/server
-failed, 4 unreadable run directory, 130 interrupted (data kept).
+exit codes: 0 ok, 1 SLO failed (--fail-on-slo) or run stopped by --abort-on,
+2 bad input, 3 target/server failed, 4 unreadable run directory, 130 interrupted (data kept).
 
 start here:  loadkit demo        (real Triton on 127.0.0.1, burst test, report)
 """

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import loadkit
 from loadkit.errors import UsageError
+from loadkit.load.catalog import builtin_path
 from loadkit.rundir import RunWriter, load_run
 from loadkit.rundir.layout import ANALYSIS_FILE, REPORT_FILE
 
-DEMO_SCENARIO = "burst_2x.py"
+DEMO_SCENARIO = "burst_2x"
 
 
 @dataclass(frozen=True)
@@ -59,18 +59,14 @@ class DemoResult:
 
 
 def find_scenario(name: str = DEMO_SCENARIO) -> Path:
-    """The repository's scenarios/ folder (loadkit is installed editable by `make demo`)."""
-    candidates = [
-        Path(loadkit.__file__).resolve().parents[1] / "scenarios" / name,
-        Path.cwd() / "scenarios" / name,
-    ]
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise UsageError(
-        f"cannot find scenarios/{name}",
-        hint="run `loadkit demo` from a checkout of loadkit (make demo installs it editable)",
-    )
+    """The built-in scenario the demo runs (shipped inside the package)."""
+    path = builtin_path(name)
+    if path is None:
+        raise UsageError(
+            f"the built-in scenario {name} is missing from this loadkit installation",
+            hint="reinstall loadkit: pip install --force-reinstall 'loadkit[target]'",
+        )
+    return path
 
 
 def _say(step: str) -> None:
@@ -84,9 +80,11 @@ def run_demo(
     """Run the demo end to end; every process started here is stopped before returning."""
     from loadkit.load.orchestrator import TelemetryOptions, run_scenario
     from loadkit.target import EmbeddedTriton
+    from loadkit.target.runtime import find_runtime
     from loadkit.telemetry.simgpu_runner import start_simulated_gpu
 
     s = settings or DemoSettings()
+    find_runtime()  # the `target` extra: say how to get it before anything starts
     scenario = find_scenario()
     workdir = Path(tempfile.mkdtemp(prefix="loadkit-demo-"))
     state_path = workdir / "sim_gpu_state.json"

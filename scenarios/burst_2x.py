@@ -15,12 +15,12 @@ Parameters (defaults; override with `loadkit run ... --set name=value`):
   fall_s       10.0  seconds to come back to base
   recover_s    60.0  seconds at base after the burst (recovery window)
 plus the common parameters (protocol, model, candidates, churn, users,
-spacing, max_start_delay_s, timeout_s): see `loadkit run scenarios/burst_2x.py --help`.
+spacing, max_start_delay_s, timeout_s): see `loadkit run burst_2x --help`.
 
 Events: burst-start, burst-peak, burst-fall, burst-end (recovery is measured
 from burst-end). SLO declared: P99 under 50 ms.
 
-    loadkit run scenarios/burst_2x.py --target http://127.0.0.1:8000
+    loadkit run burst_2x --target http://127.0.0.1:8000
     locust -f scenarios/burst_2x.py --host http://127.0.0.1:8000
 """
 

@@ -9,8 +9,8 @@ or epoch milliseconds/nanoseconds). `time_scale` 2 replays twice as fast;
 exact requests, so only `time_scale` applies to them).
 
 Parameters (defaults; override with `loadkit run ... --set name=value`):
-  trace       scenarios/traces/sample_rates.csv  the CSV to replay (relative
-              paths are tried from the working directory, then from here)
+  trace       traces/sample_rates.csv  the CSV to replay (relative paths are
+              tried from the working directory, then from this scenario's folder)
   time_scale  1.0  > 1 replays faster
   rate_scale  1.0  multiplies per-second rates
 plus the common parameters (protocol, model, candidates, churn, users,
@@ -29,14 +29,14 @@ HERE = Path(__file__).resolve().parent
 
 def _trace_path(name: str) -> Path:
     path = Path(name)
-    return path if path.exists() or path.is_absolute() else HERE.parent / name
+    return path if path.exists() or path.is_absolute() else HERE / name
 
 
 SCENARIO = Scenario(
     name="replay",
     description=__doc__ or "",
     params={
-        "trace": Param("scenarios/traces/sample_rates.csv", "CSV with a rate or timestamp column"),
+        "trace": Param("traces/sample_rates.csv", "CSV with a rate or timestamp column"),
         "time_scale": Param(1.0, "> 1 replays faster"),
         "rate_scale": Param(1.0, "multiplies per-second rates"),
     },

@@ -11,7 +11,7 @@ Parameters (defaults; override with `loadkit run ... --set name=value`):
 plus the common parameters (protocol, model, candidates, churn, users,
 spacing, max_start_delay_s, timeout_s).
 
-    loadkit run scenarios/soak.py --target http://127.0.0.1:8000 --duration 3600
+    loadkit run soak --target http://127.0.0.1:8000 --duration 3600
 """
 
 from loadkit.load import InferenceUser, Param, Scenario, shapes

@@ -19,7 +19,7 @@ fi
 stamp=.venv/.loadkit-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[dev]"
+  .venv/bin/python -m pip install --quiet -e ".[target,dev]"
   touch "$stamp"
 fi
 

@@ -72,6 +72,18 @@ DRIFTS = (
 
 
 @dataclass(frozen=True)
+class RunAbort:
+    """Why a run stopped early, from the manifest's `abort`: a guard condition or Ctrl-C."""
+
+    by: str  # "condition" (`loadkit run --abort-on`) or "interrupt" (Ctrl-C / SIGTERM)
+    condition: str | None  # e.g. "p99>200ms for 3s"
+    t_ns: int | None  # when the condition held (end of its last interval) or the interrupt
+    t_s: float | None  # the same, seconds since the run started
+    since_s: float | None  # when the breach began (first interval of the span)
+    message: str  # one line, e.g. "p99>200ms for 3s held for 3 s (last interval 1.9e+03ms, ...)"
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """What was analyzed: identity of the run, from its manifest."""
 
@@ -89,6 +101,7 @@ class RunInfo:
     simulated: bool  # any source labelled simulated
     loadkit_version: str | None  # that recorded the run
     analyzed_with: str  # loadkit version that wrote analysis.json
+    abort: RunAbort | None = None  # set when the run was stopped early (guard or Ctrl-C)
 
 
 @dataclass(frozen=True)

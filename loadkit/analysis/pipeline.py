@@ -22,6 +22,7 @@ from loadkit.analysis.model import (
     OverallStats,
     Periodicity,
     PhaseMark,
+    RunAbort,
     RunInfo,
     Series,
     SpikeEpisode,
@@ -151,6 +152,39 @@ def _run_info(run: Run, start: int, end: int) -> RunInfo:
         simulated=bool(simulated),
         loadkit_version=m.get("loadkit_version"),
         analyzed_with=__version__,
+        abort=_run_abort(m.get("abort"), start),
+    )
+
+
+def _stopped_sentence(abort: RunAbort | None) -> str:
+    """ "Stopped at 12 s by --abort-on p99>200ms for 3s: ..." for a guard abort, else ""."""
+    if abort is None or abort.by != "condition":
+        return ""
+    at = f" at {abort.t_s:.0f} s" if abort.t_s is not None else ""
+    return f"Stopped{at} by --abort-on {abort.condition}: {abort.message}."
+
+
+def _run_abort(raw: Any, start: int) -> RunAbort | None:
+    """The manifest's `abort` record (docs/run-format.md) as the analysis states it."""
+    if not isinstance(raw, dict):
+        return None
+
+    def seconds(key: str) -> float | None:
+        value = raw.get(key)
+        return (value - start) / NS if isinstance(value, int) else None
+
+    by = str(raw.get("by") or "interrupt")
+    condition = raw.get("condition")
+    message = raw.get("message") or (
+        "stopped by Ctrl-C / SIGTERM" if by == "interrupt" else f"stopped by {condition}"
+    )
+    return RunAbort(
+        by=by,
+        condition=str(condition) if condition is not None else None,
+        t_ns=raw.get("t_ns") if isinstance(raw.get("t_ns"), int) else None,
+        t_s=seconds("t_ns"),
+        since_s=seconds("since_ns"),
+        message=str(message),
     )
 
 
@@ -400,9 +434,13 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
     periodic = run_period(periodicity, primary)
     overview = build_overview(intervals, start, end, windows, telemetry)
     notes.extend(run.warnings)
+    run_info = _run_info(run, start, end)
+    stopped = _stopped_sentence(run_info.abort)
+    if stopped:
+        notes.append(stopped)
     analysis = Analysis(
         schema_version=SCHEMA_VERSION,
-        run=_run_info(run, start, end),
+        run=run_info,
         window_s=window_s,
         windows=windows,
         telemetry=telemetry,
@@ -424,7 +462,8 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
             periodic.period_s if periodic else None,
             primary,
             periodic.percentile if periodic else None,
-        ),
+        )
+        + (f" {stopped}" if stopped else ""),
         notes=tuple(notes),
         overview=overview,
     )

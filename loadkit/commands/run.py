@@ -7,38 +7,53 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from loadkit.errors import EXIT_INTERRUPTED, UsageError
+from loadkit.errors import EXIT_INTERRUPTED, EXIT_SLO_FAILED, UsageError
 
 HELP = "run a load scenario (Locust, open model) and record latency + telemetry"
 
 DESCRIPTION = """\
-Run a scenario (a locustfile in scenarios/) against a target, headless, and
+Run a scenario against a target, headless, and
 record into reports/<run_id>/: HdrHistogram interval logs of latency measured
 from the intended send time (coordinated-omission corrected) and from the
 actual send, per-second load counters (offered, achieved, errors by kind,
 dropped arrivals), a sample of requests, shape phases (burst-start, ...) and
 host/GPU/Triton telemetry.
 
-Ctrl-C stops the run: it is marked 'aborted' and keeps everything recorded
-(exit status 130). Scenario parameters are set with --set name=value; pass
-the scenario before --help to list its parameters.
+The scenario is a built-in one by name (`loadkit scenarios` lists them) or
+the path of your own locustfile. Ctrl-C (or SIGTERM) stops the run: it is
+marked 'aborted' and keeps everything recorded (exit status 130).
+--abort-on CONDITION stops the load within a second of the condition holding
+(checked on the merged 1 s intervals of every Locust process): the run is
+marked 'aborted' with the condition and the moment, and the exit status is 1.
+Latency conditions count requests still in flight at their age so far, so a
+target that stops answering breaks them too. Scenario parameters are set
+with --set name=value; pass the scenario before --help to list its
+parameters.
 
 examples:
-  loadkit run scenarios/burst_2x.py --target http://127.0.0.1:8000
-  loadkit run scenarios/burst_2x.py --target http://127.0.0.1:8000 \\
+  loadkit run burst_2x --target http://127.0.0.1:8000
+  loadkit run burst_2x --target http://127.0.0.1:8000 \\
       --set base_rate=50 --set multiplier=3 --duration 60
-  loadkit run scenarios/steps_to_knee.py --target 127.0.0.1:8001 --set protocol=grpc
-  loadkit run scenarios/soak.py --target http://127.0.0.1:8000 --workers 2
+  loadkit run steps_to_knee --target 127.0.0.1:8001 --set protocol=grpc
+  loadkit run soak --target http://127.0.0.1:8000 --workers 2
+  loadkit run soak --target http://127.0.0.1:8000 \\
+      --abort-on "p99>80ms for 10s" --abort-on "errors>5% for 5s"
+  loadkit run burst_2x --target http://127.0.0.1:8000 --abort-on slo
 """
 
 
 def _scenario_from_argv(argv: list[str]) -> Path | None:
-    """The scenario file named on this command line, for `loadkit run X.py --help`."""
+    """The scenario named on this command line, for `loadkit run burst_2x --help`."""
+    from loadkit.load.catalog import builtin_path
+
     if "run" not in argv:
         return None
     for arg in argv[argv.index("run") + 1 :]:
+        if arg.startswith("-"):
+            continue
         if arg.endswith(".py") and Path(arg).is_file():
             return Path(arg)
+        return builtin_path(arg)
     return None
 
 
@@ -65,7 +80,11 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     scenario_file = _scenario_from_argv(sys.argv)
     if scenario_file is not None and ("-h" in sys.argv or "--help" in sys.argv):
         parser.epilog = _scenario_help(scenario_file)
-    parser.add_argument("scenario", type=Path, help="scenario file, e.g. scenarios/burst_2x.py")
+    parser.add_argument(
+        "scenario",
+        help="a built-in scenario's name (e.g. burst_2x; see `loadkit scenarios`) or a "
+        "locustfile's path",
+    )
     parser.add_argument(
         "--target",
         required=True,
@@ -85,6 +104,15 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=VALUE",
         help="set a scenario parameter (repeatable)",
+    )
+    guard = parser.add_argument_group("guard")
+    guard.add_argument(
+        "--abort-on",
+        action="append",
+        default=[],
+        metavar="CONDITION",
+        help="stop the load when CONDITION holds, e.g. 'p99>80ms for 10s', 'errors>5%% for 5s', "
+        "or 'slo' (the scenario's SLO, each threshold for 10 s); repeatable; exit status 1",
     )
     tele = parser.add_argument_group("telemetry")
     tele.add_argument(
@@ -110,6 +138,13 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     )
     tele.add_argument("--no-telemetry", action="store_true", help="record load only")
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
+    parser.add_argument(
+        "--progress-every",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="when stderr is not a terminal (CI logs), print the progress line this often",
+    )
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:
@@ -131,9 +166,15 @@ def _stats_url(choice: str, target: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from loadkit.load.catalog import resolve_scenario
+    from loadkit.load.guard import check_syntax
     from loadkit.load.orchestrator import TelemetryOptions, run_scenario
     from loadkit.load.summary import summarize_run
 
+    check_syntax(args.abort_on)  # a bad condition fails before anything starts
+    if args.progress_every <= 0:
+        raise UsageError(f"--progress-every must be > 0, got {args.progress_every:g}")
+    scenario = resolve_scenario(args.scenario)
     params = parse_overrides(args.overrides)
     telemetry = TelemetryOptions(
         enabled=not args.no_telemetry,
@@ -143,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         server_pid=args.server_pid,
     )
     run_dir = run_scenario(
-        args.scenario,
+        scenario,
         args.target,
         duration_s=args.duration,
         workers=args.workers,
@@ -152,11 +193,16 @@ def run(args: argparse.Namespace) -> int:
         params=params,
         run_id=args.run_id,
         show_progress=not args.no_progress,
+        progress_every_s=args.progress_every,
+        abort_on=args.abort_on,
         telemetry=telemetry,
         command_line=["loadkit", *sys.argv[1:]],
     )
     summary = summarize_run(run_dir)
     print(summary.text())
+    if summary.abort and summary.abort.get("by") == "condition":
+        print(f"Aborted by --abort-on: {summary.abort.get('message')}", file=sys.stderr)
+        return EXIT_SLO_FAILED
     if summary.status == "aborted":
         print(f"Interrupted; data recorded so far is kept in {run_dir}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -13,6 +13,7 @@ from types import FrameType
 
 from loadkit.errors import TargetError, UsageError
 from loadkit.target.config import DEFAULT_MODEL_PARAMS, MODEL_NAME, USER_DIM
+from loadkit.target.runtime import find_runtime
 from loadkit.target.server import EmbeddedTriton
 from loadkit.target.smoke import curl_example, run_smoke
 
@@ -109,9 +110,9 @@ def _ports(args: argparse.Namespace) -> dict[str, int]:
     return chosen
 
 
-def run_hint(server: EmbeddedTriton) -> str:
-    """The command line that points a load test at this server."""
-    return f"loadkit run scenarios/steady.py --target {server.http_url} --model {MODEL_NAME}"
+def run_hint(http_url: str) -> str:
+    """The command line that points a load test at this server (its model is the default)."""
+    return f"loadkit run burst_2x --target {http_url} --set base_rate=50 --duration 60"
 
 
 def _print_banner(server: EmbeddedTriton, args: argparse.Namespace) -> None:
@@ -131,7 +132,7 @@ def _print_banner(server: EmbeddedTriton, args: argparse.Namespace) -> None:
     print()
     print("try it:")
     print(f"  {curl_example(server.http_url)}")
-    print(f"  {run_hint(server)}")
+    print(f"  {run_hint(server.http_url)}")
 
 
 def _smoke(server: EmbeddedTriton) -> int:
@@ -147,6 +148,7 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    find_runtime()  # the `target` extra: one ERROR/HINT before anything starts
     log_path = args.log
     if log_path is None and not args.smoke:
         log_path = os.path.join(tempfile.gettempdir(), f"loadkit-target-{os.getpid()}.log")

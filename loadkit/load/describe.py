@@ -6,6 +6,7 @@ Python process. So `loadkit run` asks a child for the scenario's name,
 parameters, shape, duration and phases:
 
     python -m loadkit.load.describe scenarios/burst_2x.py --params '{"base_rate": 50}'
+    python -m loadkit.load.describe --many a.py b.py   # one JSON list, defaults only
 
 prints one JSON object (`ResolvedScenario.describe()`), or
 `{"error": ..., "hint": ...}` with exit status 2.
@@ -30,7 +31,10 @@ DESCRIBE_TIMEOUT_S = 60.0
 def load_scenario_module(path: Path) -> ModuleType:
     """Import a scenario file under a private module name."""
     if not path.is_file():
-        raise UsageError(f"scenario file {path} does not exist", hint="e.g. scenarios/burst_2x.py")
+        raise UsageError(
+            f"scenario file {path} does not exist",
+            hint="give a locustfile's path or a built-in name (`loadkit scenarios`)",
+        )
     spec = importlib.util.spec_from_file_location(f"loadkit_scenario_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise UsageError(f"{path} is not a Python file")
@@ -83,26 +87,49 @@ def describe_scenario(
     return result
 
 
+def describe_scenarios(paths: list[Path]) -> list[dict[str, Any]]:
+    """Describe several scenario files (defaults only) in one child process.
+
+    Each entry is the scenario's description, or `{"path": ..., "error": ...}`.
+    """
+    argv = [sys.executable, "-m", "loadkit.load.describe", "--many", *map(str, paths)]
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise UsageError(f"loading scenarios took over {DESCRIBE_TIMEOUT_S:.0f} s") from exc
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    if proc.returncode != 0 or not lines:
+        detail = proc.stderr.strip().splitlines()[-1:] if proc.stderr.strip() else []
+        raise UsageError("could not load the scenarios", hint=detail[0] if detail else None)
+    result: list[dict[str, Any]] = json.loads(lines[-1])
+    return result
+
+
+def _describe_or_error(path: Path, params: dict[str, Any], duration_s: float | None) -> dict:
+    try:
+        return describe_in_process(path, params, duration_s)
+    except LoadkitError as err:
+        return {"error": err.message, "hint": err.hint}
+    except Exception as exc:  # a broken scenario file: say what and where
+        return {"error": f"scenario {path} failed to load: {type(exc).__name__}: {exc}"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadkit.load.describe")
-    parser.add_argument("scenario", type=Path)
+    parser.add_argument("scenario", type=Path, nargs="+")
     parser.add_argument("--params", default="{}")
     parser.add_argument("--duration", type=float, default=None)
+    parser.add_argument("--many", action="store_true", help="print one JSON list")
     args = parser.parse_args(argv)
-    try:
-        info = describe_in_process(args.scenario, json.loads(args.params), args.duration)
-    except LoadkitError as err:
-        print(json.dumps({"error": err.message, "hint": err.hint}))
-        return 2
-    except Exception as exc:  # a broken scenario file: say what and where
-        print(
-            json.dumps(
-                {"error": f"scenario {args.scenario} failed to load: {type(exc).__name__}: {exc}"}
-            )
-        )
-        return 2
+    if args.many:
+        many = [{"path": str(p), **_describe_or_error(p, {}, None)} for p in args.scenario]
+        print(json.dumps(many, default=str))
+        return 0
+    info = _describe_or_error(args.scenario[0], json.loads(args.params), args.duration)
     print(json.dumps(info, default=str))
-    return 0
+    return 2 if "error" in info else 0
 
 
 if __name__ == "__main__":

@@ -33,7 +33,11 @@ from pathlib import Path
 
 from loadkit.errors import TargetError
 
-WHEEL_HINT = "install it with: pip install 'nvidia-pytriton==0.7.0' (it bundles tritonserver 2.51)"
+# The embedded target is an extra: analysis-only installs skip the ~600 MB server.
+WHEEL_HINT = (
+    "install loadkit's embedded target: pip install 'loadkit[target]' "
+    "(from a checkout: pip install '.[target]', or make demo)"
+)
 STUB_PYTHONPATH_ENV = "LOADKIT_STUB_PYTHONPATH"
 _BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 
@@ -63,7 +67,10 @@ def find_runtime() -> TritonRuntime:
     """Locate the wheel's files, or raise TargetError saying what is missing."""
     spec = importlib_util.find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
-        raise TargetError("the nvidia-pytriton package is not installed", hint=WHEEL_HINT)
+        raise TargetError(
+            "the embedded Triton target is not installed (package nvidia-pytriton)",
+            hint=WHEEL_HINT,
+        )
     package_dir = Path(next(iter(spec.submodule_search_locations)))
     runtime = TritonRuntime(
         root=package_dir / "tritonserver", libs=package_dir.parent / "nvidia_pytriton.libs"

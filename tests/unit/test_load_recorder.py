@@ -195,3 +195,34 @@ def test_unreachable_target_fails_before_recording(tmp_path) -> None:
         check_reachable(f"http://127.0.0.1:{port}", timeout_s=1.0)
     with pytest.raises(TargetError):
         check_reachable(f"127.0.0.1:{port}", timeout_s=1.0)  # gRPC form
+
+
+def test_requests_in_flight_at_an_interval_end_are_written_as_pending_ages(tmp_path: Path) -> None:
+    # GIVEN two requests intended at 0.2 s and 0.7 s that have not completed by the end of second 0
+    rec = LatencyRecorder(tmp_path, "local", clock_ns=FakeClock(T0))
+    rec.started("infer", T0 + 300_000_000, intended_ns=T0 + 200_000_000)
+    rec.started("infer", T0 + 700_000_000, intended_ns=T0 + 700_000_000)
+    # and one that completes within the second (not pending)
+    _request(rec, T0 + 100_000_000, T0 + 100_000_000, T0 + 150_000_000)
+    rec.tick(T0 + S + 1)
+    # and the first completes in second 1 (the second is still in flight at its end)
+    rec.completed(
+        "infer", intended_ns=T0 + 200_000_000, sent_ns=T0 + 300_000_000, done_ns=T0 + S + 5, ok=True
+    )
+    rec.tick(T0 + 2 * S + 1)
+    pending = [
+        h for h in read_interval_log(tmp_path / "latency" / "local.hlog") if h.kind == "pending"
+    ]
+    # THEN each interval's pending histogram holds the ages at its end (lower bounds of latency)
+    assert [h.start_ns for h in pending] == [T0, T0 + S]
+    first, second = (h.histogram for h in pending)
+    assert first.get_total_count() == 2
+    assert first.get_max_value() == pytest.approx(800_000, rel=1e-3)
+    assert first.get_min_value() == pytest.approx(300_000, rel=1e-3)
+    assert second.get_total_count() == 1
+    assert second.get_max_value() == pytest.approx(1_300_000, rel=1e-3)
+    # and the completed-request histograms are unchanged
+    corrected = [
+        h for h in read_interval_log(tmp_path / "latency" / "local.hlog") if h.kind == "corrected"
+    ]
+    assert [h.histogram.get_total_count() for h in corrected] == [1, 1]
