@@ -33,7 +33,8 @@ KNOWN_SCHEMA_VERSIONS = (1,)
 
 Series = tuple[float | None, ...]
 
-# Cause identifiers (Finding.cause, CauseCheck.cause).
+# Ids of the built-in causes (Finding.cause, CauseCheck.cause). The causes themselves,
+# and the list of them, are in loadkit/analysis/causes/ (its REGISTRY).
 CAUSE_ARRIVAL_BURST = "arrival_burst"
 CAUSE_BATCHING_WINDOW = "batching_window"
 CAUSE_GPU_THERMAL = "gpu_clock_thermal"
@@ -43,17 +44,6 @@ CAUSE_CPU_SATURATION = "cpu_saturation"
 CAUSE_CGROUP_THROTTLING = "cgroup_throttling"
 CAUSE_CONNECTION_CHURN = "connection_churn"
 CAUSE_PROCESS_STALL = "process_stall"
-CAUSES = (
-    CAUSE_ARRIVAL_BURST,
-    CAUSE_BATCHING_WINDOW,
-    CAUSE_GPU_THERMAL,
-    CAUSE_GPU_POWER,
-    CAUSE_GPU_CLOCK_OTHER,
-    CAUSE_CPU_SATURATION,
-    CAUSE_CGROUP_THROTTLING,
-    CAUSE_CONNECTION_CHURN,
-    CAUSE_PROCESS_STALL,
-)
 
 CONFIDENCES = ("strong", "moderate", "weak")
 
@@ -295,6 +285,10 @@ class SpikeEpisode:
     peak_z: float  # (peak - baseline) / robust scale
     windows: int
     causes: tuple[str, ...] = ()  # cause identifiers attributed to this episode
+    # Where the time went: the latency component that grew most in this episode
+    # (LatencyBreakdown names) and by how much over its baseline (ms); None: unknown.
+    grew: str | None = None
+    grew_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -313,6 +307,31 @@ class Periodicity:
 
 
 # --- attribution --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LatencyComponent:
+    """One part of a request's latency, per window (ms)."""
+
+    name: str  # generator_lag, client_network, server_queue, server_compute, server_side
+    label: str
+    ms: Series
+    baseline_ms: float | None  # median over baseline windows
+
+
+@dataclass(frozen=True)
+class LatencyBreakdown:
+    """Where the time goes, per window: generator, client + network, server queue, compute.
+
+    generator_lag = corrected P50 - service P50 (the send was late);
+    client_network = service P50 - Triton's request time per request;
+    server_queue, server_compute (input + infer + output) from Triton's statistics.
+    Without Triton statistics only generator_lag and server_side (= service
+    P50: the server and the network, not split) are known.
+    """
+
+    components: tuple[LatencyComponent, ...]
+    source: str  # "triton statistics" or "client only"
 
 
 @dataclass(frozen=True)
@@ -348,7 +367,7 @@ class AlignedSignal:
 class Finding:
     """A cause that explains spike episodes, with its statistics and what to do."""
 
-    cause: str  # one of CAUSES
+    cause: str  # a cause id (loadkit/analysis/causes REGISTRY)
     title: str  # e.g. "GPU thermal throttling"
     confidence: str  # "strong", "moderate", "weak"
     episodes: tuple[str, ...]  # episode ids explained
@@ -560,6 +579,7 @@ class Analysis:
     batch_by_phase: tuple[PhaseBatchHistogram, ...] = ()  # batch-size histogram per phase
     intervals: tuple[Interval, ...] = ()  # throttle / cgroup / fault spans, by start time
     overview: Overview | None = None  # minute resolution, for runs longer than 2 h
+    breakdown: LatencyBreakdown | None = None  # where the time goes, per window
 
     def to_dict(self) -> dict[str, Any]:
         return typing.cast(dict[str, Any], to_jsonable(self))

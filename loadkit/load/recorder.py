@@ -51,6 +51,11 @@ def reservoir_size(elapsed_s: float, full_size: int = DEFAULT_SAMPLE_SIZE) -> in
     return max(SAMPLE_MIN_SIZE, round(full_size * (SAMPLE_FULL_FOR_S / elapsed_s) ** 0.5))
 
 
+# Completion gaps (no request completed while some were in flight) this long or
+# longer are written exactly: a stall of a few hundred ms hides in a 1 s count.
+GAP_RECORDED_NS = 50_000_000
+
+
 @dataclass
 class _Sample:
     intended_ns: int
@@ -90,6 +95,7 @@ class _NameInterval:
     reservoir_size: int = DEFAULT_SAMPLE_SIZE
     reservoir: list[_Sample] = field(default_factory=list)
     slowest: list[tuple[int, int, _Sample]] = field(default_factory=list)  # min-heap
+    gaps: list[list[int]] = field(default_factory=list)  # [start_ns, end_ns] ending here
 
 
 class LatencyRecorder:
@@ -124,6 +130,8 @@ class LatencyRecorder:
         self._first_index: int | None = None  # the first interval recorded
         self._seq = 0
         self.in_flight = 0
+        # Since when requests have been in flight with none completing (None: idle).
+        self._waiting_since_ns: int | None = None
         # name -> intended_ns -> requests in flight with that intended send time
         self._in_flight_intended: dict[str, Counter[int]] = {}
         self.closed = False
@@ -180,6 +188,8 @@ class LatencyRecorder:
         if closed_model:  # the closed model offers what it starts
             slot.offered += 1
             self.totals["offered"] += 1
+        if self.in_flight == 0:
+            self._waiting_since_ns = sent_ns
         self.in_flight += 1
         pending = self._in_flight_intended.setdefault(name, Counter())
         pending[sent_ns if intended_ns is None else intended_ns] += 1
@@ -206,6 +216,10 @@ class LatencyRecorder:
             else:
                 pending.pop(key, None)
         index, slot = self._slot(name, done_ns)
+        since = self._waiting_since_ns
+        if since is not None and done_ns - since >= GAP_RECORDED_NS:
+            slot.gaps.append([since, done_ns])
+        self._waiting_since_ns = done_ns if self.in_flight > 0 else None
         if ok:
             slot.ok += 1
             self.totals["ok"] += 1
@@ -329,6 +343,7 @@ class LatencyRecorder:
                     "out_of_range": slot.out_of_range,
                     "error_kinds": dict(slot.error_kinds),
                     "dispatch_lag_max_ms": round(slot.dispatch_lag_max_ns / 1e6, 3),
+                    "completion_gaps": slot.gaps,
                 }
             )
             kept = {id(s) for s in slot.reservoir}
