@@ -251,6 +251,8 @@ class OverallStats:
     corrected: LatencySummary
     service: LatencySummary
     error_kinds: dict[str, int] = field(default_factory=dict)
+    # The server's own words, first few distinct per error kind (from events.jsonl).
+    error_messages: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -317,6 +317,9 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
     )
 
     model, max_batch, max_delay_ms = model_config(run)
+    server = (run.manifest.get("environment") or {}).get("server") or {}
+    for missing in server.get("not_recorded") or []:
+        notes.append(f"not recorded from the server: {missing}")
     gpu = align_gpu(run.series("gpu"), grid) if run.has_series("gpu") else None
     host = align_host(run.series("host"), grid) if run.has_series("host") else None
     triton = (
@@ -576,6 +579,7 @@ def _overall(
         corrected=corrected,
         service=service,
         error_kinds=kinds,
+        error_messages=run.error_messages(),
     )
 
 

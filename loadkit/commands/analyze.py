@@ -88,6 +88,9 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
     rate = f"{o.throughput_rps:.0f} req/s" if o.throughput_rps is not None else "n/a"
     err = f"{o.error_pct:.2f}%" if o.error_pct is not None else "n/a"
     w(f"throughput: {rate}  requests: {o.completed}  errors: {err}  dropped: {o.dropped}\n")
+    for kind, messages in sorted(o.error_messages.items()):
+        for message in messages:
+            w(f"  {kind}: the server said: {message}\n")
     w(f"\n{a.headline}\n")
     p99_eps = a.episodes_for("p99")
     period = a.periodicity_for("p99")

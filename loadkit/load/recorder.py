@@ -9,11 +9,14 @@ sample. `tick()` writes every interval that has ended; `close()` writes the
 rest, so a stopped run loses nothing it recorded.
 
 Only successful requests enter the latency histograms; failures are counted
-by kind in `load/<process>.jsonl`. A third histogram per interval, `pending`,
-holds the age (from the intended send) of every request still in flight when
-the interval ends: a lower bound of its latency, so a stalled target that
-completes nothing still shows how late its requests are (the run guard uses
-it; see docs/run-format.md). No gevent or Locust here: the clock is
+by kind in `load/<process>.jsonl`, and the first few distinct messages of
+each kind (the server's own words) go to `events.jsonl` as `server_error`
+events, bounded per process so a million errors cost nothing. A third
+histogram per interval, `pending`, holds the age (from the intended send) of
+every request still in flight when the interval ends: a lower bound of its
+latency, so a stalled target that completes nothing still shows how late its
+requests are (the run guard uses it; see docs/run-format.md). No gevent or
+Locust here: the clock is
 injected, so tests drive it by hand.
 """
 
@@ -30,13 +33,15 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from loadkit.rundir import IntervalLogWriter, JsonlWriter, new_histogram
+from loadkit.rundir import IntervalLogWriter, JsonlWriter, append_event, new_histogram
 from loadkit.rundir.layout import LATENCY_DIR, LOAD_DIR, REQUESTS_DIR
 from loadkit.rundir.segments import SEGMENT_S
 
 INTERVAL_NS = 1_000_000_000
 DEFAULT_SAMPLE_SIZE = 200  # uniform reservoir per interval per request name
 DEFAULT_SLOWEST_KEPT = 5  # plus the slowest requests of each interval, for drill-down
+MESSAGES_PER_KIND = 3  # distinct error messages kept per error kind per process
+MESSAGE_KINDS = 20  # error kinds with messages kept per process
 # The reservoir keeps its full size for the first 10 minutes, then shrinks as
 # sqrt(10 min / elapsed), never under 10: a 24 h run at any rate keeps ~3 M rows
 # (~0.5 GB before compression) instead of 17 M; the slowest are always kept.
@@ -136,6 +141,7 @@ class LatencyRecorder:
         self._in_flight_intended: dict[str, Counter[int]] = {}
         self.closed = False
         self.totals: Counter[str] = Counter()
+        self.messages: dict[str, list[str]] = {}  # error kind -> first distinct messages
 
     # --- recording ------------------------------------------------------
     def _bucket(self, t_ns: int) -> int:
@@ -205,6 +211,7 @@ class LatencyRecorder:
         ok: bool,
         error_kind: str | None = None,
         connection_new: bool = False,
+        error_message: str | None = None,
     ) -> None:
         """A request finished (successfully or not); call once per `started`."""
         self.in_flight = max(0, self.in_flight - 1)
@@ -235,8 +242,23 @@ class LatencyRecorder:
             slot.errors += 1
             slot.error_kinds[kind] += 1
             self.totals["errors"] += 1
+            if error_message:
+                self._keep_message(kind, error_message, done_ns)
         sample = _Sample(intended_ns, sent_ns, done_ns, name, ok, error_kind, connection_new)
         self._sample(slot, sample)
+
+    def _keep_message(self, kind: str, message: str, t_ns: int) -> None:
+        kept = self.messages.get(kind)
+        if kept is None:
+            if len(self.messages) >= MESSAGE_KINDS:
+                return
+            kept = self.messages[kind] = []
+        if len(kept) >= MESSAGES_PER_KIND or message in kept:
+            return
+        kept.append(message)
+        append_event(
+            self.run_dir, "server_error", kind, t_ns=t_ns, message=message, process=self.process
+        )
 
     def _sample(self, slot: _NameInterval, sample: _Sample) -> None:
         slot.seen += 1

@@ -45,7 +45,12 @@ def build_context(run: Run, analysis: Analysis) -> dict[str, Any]:
         "verdict": _verdict(analysis),
         "numbers": _numbers(analysis),
         "error_kinds": [
-            {"kind": kind, "count": n, "text": fmt.count(n)}
+            {
+                "kind": kind,
+                "count": n,
+                "text": fmt.count(n),
+                "messages": list(analysis.overall.error_messages.get(kind, [])),
+            }
             for kind, n in sorted(
                 analysis.overall.error_kinds.items(), key=lambda kv: (-kv[1], kv[0])
             )

@@ -79,6 +79,11 @@ def render_context(ctx: dict[str, Any], html_url: str | None = None) -> str:
         )
         lines.append(f"Errors by kind: {kinds}")
         lines.append("")
+        for e in ctx["error_kinds"]:
+            for message in e["messages"]:
+                lines.append(f"- {md_escape(e['kind'])}: the server said {md_escape(message)}")
+        if any(e["messages"] for e in ctx["error_kinds"]):
+            lines.append("")
     if ctx["story"]:
         # One paragraph that starts with our own words: no outside text begins a line.
         lines.append("**What happened:** " + " ".join(md_escape(s) for s in ctx["story"]))

@@ -305,6 +305,19 @@ class Run:
     def events(self) -> pd.DataFrame:
         return self._jsonl_frame(self.path / EVENTS_FILE, "events log")
 
+    def error_messages(self, per_kind: int = 3) -> dict[str, list[str]]:
+        """The servers' own words per error kind (`server_error` events), first few distinct."""
+        events = self.events
+        out: dict[str, list[str]] = {}
+        if events.empty or "kind" not in events.columns or "message" not in events.columns:
+            return out
+        rows = events[events["kind"] == "server_error"].sort_values("t_ns", kind="stable")
+        for kind, message in zip(rows["name"], rows["message"], strict=True):
+            kept = out.setdefault(str(kind), [])
+            if isinstance(message, str) and message not in kept and len(kept) < per_kind:
+                kept.append(message)
+        return out
+
     @cached_property
     def load_intervals(self) -> pd.DataFrame:
         """Per-process, per-interval load counters (offered, ok, errors, dropped, ...)."""
