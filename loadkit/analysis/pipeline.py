@@ -12,8 +12,11 @@ import pandas as pd
 from loadkit import __version__
 from loadkit.analysis import attribution as attr
 from loadkit.analysis.align import NS, WindowGrid, make_grid
+from loadkit.analysis.breakdown import breakdown, label_episodes
+from loadkit.analysis.drift import SoakSignals, soak_drift
 from loadkit.analysis.episodes import baseline_windows_for, find_episodes
 from loadkit.analysis.figures import with_figure_values
+from loadkit.analysis.gaps import CompletionGaps, gaps_from_load, gaps_from_samples
 from loadkit.analysis.model import (
     SCHEMA_VERSION,
     Analysis,
@@ -29,6 +32,7 @@ from loadkit.analysis.model import (
     Verdict,
     WindowSeries,
 )
+from loadkit.analysis.overview import build_overview
 from loadkit.analysis.percentiles import (
     MIN_REQUESTS_FOR_P99,
     WINDOW_PERCENTILES,
@@ -59,7 +63,6 @@ from loadkit.analysis.verdicts import (
     rolling_p99,
     saturation_knee,
     slo_verdict,
-    soak_drift,
 )
 from loadkit.rundir import Run
 
@@ -126,6 +129,24 @@ def model_config(run: Run) -> tuple[str | None, int | None, float | None]:
     except (TypeError, ValueError):
         mb = None
     return name, mb, delay
+
+
+def completion_gaps(load: pd.DataFrame, samples: pd.DataFrame) -> CompletionGaps | None:
+    """Completion gaps from the recorder's `completion_gaps`, else from complete request samples."""
+    gaps = gaps_from_load(load)
+    if gaps is not None:
+        return gaps
+    if load.empty or "t_ns" not in load.columns:
+        return None
+    if "ok" not in load.columns:
+        return None
+    done = load["ok"] + (load["errors"] if "errors" in load.columns else 0)
+    per_s = (
+        pd.DataFrame({"s": load["t_ns"] // NS, "n": pd.to_numeric(done, errors="coerce")})
+        .groupby("s")["n"]
+        .sum()
+    )
+    return gaps_from_samples(samples, {int(str(k)): float(v) for k, v in per_s.items()})
 
 
 def _run_info(run: Run, start: int, end: int) -> RunInfo:
@@ -296,6 +317,9 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
     )
 
     model, max_batch, max_delay_ms = model_config(run)
+    server = (run.manifest.get("environment") or {}).get("server") or {}
+    for missing in server.get("not_recorded") or []:
+        notes.append(f"not recorded from the server: {missing}")
     gpu = align_gpu(run.series("gpu"), grid) if run.has_series("gpu") else None
     host = align_host(run.series("host"), grid) if run.has_series("host") else None
     triton = (
@@ -303,7 +327,14 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         if run.has_series("triton_stats")
         else None
     )
-    samples = align_request_samples(run.request_sample_columns(REQUEST_SAMPLE_COLUMNS), grid)
+    sample_frame = run.request_sample_columns(REQUEST_SAMPLE_COLUMNS)
+    samples = align_request_samples(sample_frame, grid)
+    gaps = completion_gaps(run.load_intervals, sample_frame)
+    if gaps is None:
+        notes.append(
+            "no completion gaps (load counters without completion_gaps, and request samples "
+            "that do not hold every request): stalls are judged on whole windows"
+        )
     for name, value in (("gpu", gpu), ("host", host), ("triton_stats", triton)):
         if value is None:
             notes.append(f"no {name} telemetry: causes that need it are not assessable")
@@ -362,6 +393,9 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         max_batch_size=max_batch,
         max_queue_delay_ms=max_delay_ms,
         burst_mask=burst_mask,
+        corrected_p50_ms=_array(corrected.latency.p50_ms),
+        dispatch_lag_ms=load.dispatch_lag_max_ms if load is not None else None,
+        gaps=gaps,
     )
     primary = next(
         (p for p in PRIMARY_PERCENTILES if any(e.percentile == p for e in episodes)), "p99"
@@ -369,8 +403,19 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
     attribution = attr.attribute(
         signals, [e for e in episodes if e.percentile == primary], episodes
     )
+    # Where the time goes, per window, and which part grew in each episode.
+    base = attr.baseline_mask(grid.n, episodes, grid.starts_ns)
+    if base.sum() < 3:
+        base = np.ones(grid.n, dtype=bool)
+    latency_breakdown, parts = breakdown(signals, base)
+    grew = label_episodes(episodes, parts, grid.starts_ns, base)
     episodes = [
-        replace(e, causes=tuple(attribution.causes_by_episode.get(e.episode_id, ())))
+        replace(
+            e,
+            causes=tuple(attribution.causes_by_episode.get(e.episode_id, ())),
+            grew=grew[e.episode_id][0],
+            grew_ms=grew[e.episode_id][1],
+        )
         for e in episodes
     ]
 
@@ -415,15 +460,23 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         )
     host_mem = ((run.manifest.get("environment") or {}).get("host") or {}).get("memory_bytes")
     soak = soak_drift(
-        grid.starts_s,
-        gpu.mem_used_bytes if gpu else None,
-        gpu.mem_total_bytes if gpu else None,
-        host.server_rss_bytes if host else None,
-        float(host_mem) if isinstance(host_mem, int | float) else None,
-        _array(corrected.latency.p50_ms),
-        window_s,
+        SoakSignals(
+            t_s=grid.starts_s,
+            window_s=window_s,
+            p50_ms=_array(corrected.latency.p50_ms),
+            throughput_rps=ok / window_s,
+            offered_rps=offered / window_s,
+            errors=errors,
+            completed=completed,
+            gpu_mem_used_bytes=gpu.mem_used_bytes if gpu else None,
+            gpu_mem_total_bytes=gpu.mem_total_bytes if gpu else None,
+            server_rss_bytes=host.server_rss_bytes if host else None,
+            host_memory_bytes=float(host_mem) if isinstance(host_mem, int | float) else None,
+            compute_ms_per_request=triton.compute_ms_per_request if triton else None,
+        )
     )
     periodic = run_period(periodicity, primary)
+    overview = build_overview(intervals, start, end, windows, telemetry)
     notes.extend(run.warnings)
     run_info = _run_info(run, start, end)
     stopped = _stopped_sentence(run_info.abort)
@@ -456,6 +509,8 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         )
         + (f" {stopped}" if stopped else ""),
         notes=tuple(notes),
+        overview=overview,
+        breakdown=latency_breakdown,
     )
     # Figure values (aligned signals, batch sizes per phase, shaded intervals, CPU per core).
     return with_figure_values(analysis, grid, run, gpu, host, start + int(warmup_s * NS))
@@ -524,6 +579,7 @@ def _overall(
         corrected=corrected,
         service=service,
         error_kinds=kinds,
+        error_messages=run.error_messages(),
     )
 
 

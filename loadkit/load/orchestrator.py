@@ -51,6 +51,7 @@ from loadkit.load.scenario import (
     ENV_DURATION,
     ENV_PARAMS,
     ENV_PROCESS,
+    ENV_REQUEST_PLAN,
     ENV_RUN_DIR,
     ENV_SEED,
     ENV_WORKER_COUNT,
@@ -115,6 +116,13 @@ def _host_environment() -> dict[str, Any]:
         return {"host": collect_host()}
     except Exception:  # the lead's module may be missing or fail on odd hosts
         return {"host": {}}
+
+
+def _requests_manifest(plan: Mapping[str, Any], latency_ms: float | None) -> dict[str, Any]:
+    """What every request carries, for `manifest.target.requests` (no model spec copy)."""
+    out = {k: v for k, v in plan.items() if k not in ("spec", "model")}
+    out["preflight_ms"] = None if latency_ms is None else round(latency_ms, 3)
+    return out
 
 
 def _merge_manifest(writer: RunWriter, extra: Mapping[str, Any]) -> None:
@@ -329,46 +337,6 @@ class _StopSignals:
         self._saved.clear()
 
 
-def _create_writer(
-    info: Mapping[str, Any],
-    scenario_path: Path,
-    target_url: str,
-    out_dir: str | os.PathLike[str],
-    run_id: str | None,
-    seed: int,
-    workers: int,
-    command_line: list[str] | None,
-) -> RunWriter:
-    params: dict[str, Any] = info["params"]
-    return RunWriter.create(
-        out_dir=out_dir,
-        run_id=run_id,
-        kind="load",
-        scenario={
-            "name": info["name"],
-            "path": str(scenario_path),
-            "params": params,
-            "model": info["model"],
-            "shape": info["shape"],
-            "duration_s": info["duration_s"],
-            "peak_rate": info["peak_rate"],
-            "users": info["users"],
-            "seed": seed,
-            "workers": workers,
-            "worker_split": "every N-th arrival (worker i takes arrivals k with k % N == i)",
-        },
-        target={
-            "url": target_url,
-            "protocol": params.get("protocol"),
-            "model": params.get("model"),
-            "embedded": False,
-        },
-        slo=info.get("slo"),
-        environment=_host_environment(),
-        command_line=command_line,
-    )
-
-
 def _stop_on_breach(
     writer: RunWriter,
     procs: LocustProcesses,
@@ -424,15 +392,47 @@ def run_scenario(
         raise UsageError(f"--workers must be >= 0, got {workers}")
     overrides = {k: v for k, v in (params or {}).items()}
     check_syntax(a for a in abort_on if isinstance(a, str))
-    info = describe_scenario(scenario_path, overrides, duration_s)
+    check_reachable(target_url)
+    # Describe the scenario and run the pre-flight (metadata, one request) in one child.
+    info = describe_scenario(
+        scenario_path, overrides, duration_s, preflight_target=target_url, seed=seed
+    )
     conditions = [a for a in abort_on if isinstance(a, AbortCondition)]
     conditions += expand_conditions([a for a in abort_on if isinstance(a, str)], info.get("slo"))
-    check_reachable(target_url)
     resolved_params: dict[str, Any] = info["params"]
+    preflight: dict[str, Any] = info["preflight"]
+    plan: dict[str, Any] = preflight["plan"]
+    environment = _host_environment()
+    environment["server"] = preflight["server"]
     endpoint = MetricsEndpoint(*serve_metrics) if serve_metrics is not None else None
     try:
-        writer = _create_writer(
-            info, scenario_path, target_url, out_dir, run_id, seed, workers, command_line
+        writer = RunWriter.create(
+            out_dir=out_dir,
+            run_id=run_id,
+            kind="load",
+            scenario={
+                "name": info["name"],
+                "path": str(scenario_path),
+                "params": resolved_params,
+                "model": info["model"],
+                "shape": info["shape"],
+                "duration_s": info["duration_s"],
+                "peak_rate": info["peak_rate"],
+                "users": info["users"],
+                "seed": seed,
+                "workers": workers,
+                "worker_split": "every N-th arrival (worker i takes arrivals k with k % N == i)",
+            },
+            target={
+                "url": target_url,
+                "protocol": resolved_params.get("protocol"),
+                "model": plan["model"],
+                "embedded": False,
+                "requests": _requests_manifest(plan, preflight.get("latency_ms")),
+            },
+            slo=info.get("slo"),
+            environment=environment,
+            command_line=command_line,
         )
     except BaseException:
         if endpoint is not None:
@@ -484,6 +484,7 @@ def run_scenario(
             ENV_RUN_DIR: str(run_dir.resolve()),
             ENV_PARAMS: json.dumps(overrides),
             ENV_SEED: str(seed),
+            ENV_REQUEST_PLAN: json.dumps(plan),
             "PYTHONUNBUFFERED": "1",
         }
         if duration_s is not None:
