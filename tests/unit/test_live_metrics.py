@@ -85,6 +85,14 @@ def test_endpoint_serves_the_snapshot_in_prometheus_text_format(tmp_path: Path) 
     assert samples[("loadkit_requests_completed_total", (("outcome", "ok"),))] == 119.0
     assert samples[("loadkit_window_end_timestamp_seconds", ())] == (T0 + 12 * S) / 1e9
     assert samples[("loadkit_run_info", (("run_id", "r1"), ("scenario", "soak")))] == 1.0
+    # every loadkit_* name the Grafana dashboard queries is served
+    served = {x.name for f in text_string_to_metric_families(text) for x in f.samples}
+    served |= {  # a family without samples yet (no phase began): its name
+        f.name + ("_total" if f.type == "counter" else "")
+        for f in text_string_to_metric_families(text)
+    }
+    wanted = {n for n in dashboard_metric_names() if n.startswith("loadkit_")}
+    assert wanted and wanted <= served, sorted(wanted - served)
 
 
 def test_a_busy_port_is_one_usage_error() -> None:
