@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import FrameType
 
+from loadkit import lifeline
 from loadkit.errors import TargetError, UsageError
 from loadkit.target.config import DEFAULT_MODEL_PARAMS, MODEL_NAME, USER_DIM
 from loadkit.target.runtime import find_runtime
@@ -143,10 +142,6 @@ def _smoke(server: EmbeddedTriton) -> int:
     return 0
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def run(args: argparse.Namespace) -> int:
     find_runtime()  # the `target` extra: one ERROR/HINT before anything starts
     log_path = args.log
@@ -161,10 +156,9 @@ def run(args: argparse.Namespace) -> int:
         log_path=log_path,
         **{f"{service}_port": port for service, port in _ports(args).items()},
     )
-    # SIGTERM (systemd, docker stop, kill) must stop the server like Ctrl-C does.
-    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
-    previous_int = signal.getsignal(signal.SIGINT)
-    try:
+    # SIGINT and SIGTERM (Ctrl-C, systemd, docker stop, kill -INT of a background
+    # job whose shell set SIGINT to ignored) stop the server the same way.
+    with lifeline.stop_signals():
         with server:
             if args.smoke:
                 return _smoke(server)
@@ -176,13 +170,8 @@ def run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 print("\nstopping Triton ...", file=sys.stderr, flush=True)
                 # A second Ctrl-C must not interrupt the stop and orphan the server.
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                lifeline.ignore_stop_signals()
                 return 0
             raise TargetError(
                 "tritonserver exited unexpectedly", hint=f"see its log: {server.log_path}"
             )
-    finally:
-        signal.signal(signal.SIGTERM, previous_term)
-        if previous_int is not None:
-            signal.signal(signal.SIGINT, previous_int)

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from loadkit import lifeline
 from loadkit.errors import LoadkitError, UsageError
 
 DESCRIBE_TIMEOUT_S = 60.0
@@ -72,9 +73,7 @@ def describe_scenario(
     if duration_s is not None:
         argv += ["--duration", str(duration_s)]
     try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S, check=False
-        )
+        proc = lifeline.run(argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise UsageError(f"loading scenario {path} took over {DESCRIBE_TIMEOUT_S:.0f} s") from exc
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -94,9 +93,7 @@ def describe_scenarios(paths: list[Path]) -> list[dict[str, Any]]:
     """
     argv = [sys.executable, "-m", "loadkit.load.describe", "--many", *map(str, paths)]
     try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S, check=False
-        )
+        proc = lifeline.run(argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise UsageError(f"loading scenarios took over {DESCRIBE_TIMEOUT_S:.0f} s") from exc
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
