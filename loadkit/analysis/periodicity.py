@@ -179,6 +179,15 @@ def detect_periodicity(
         lag_hi = min(n - 2, int(math.ceil(cand * (1 + REFINE_SPAN) / window_s)))
         if lag_hi < lag_lo:
             continue
+        # Too few spikes to test any period: say so first (whatever the autocorrelation).
+        all_onsets, sizes = _onsets_for(values, window_s, cand, starts)
+        if len(all_onsets) < MIN_EPISODES:
+            k = len(all_onsets)
+            reasons.append(
+                f"{cand:.1f} s: only {k} spike onset{'' if k == 1 else 's'} "
+                f"(need {MIN_EPISODES} to test a period)"
+            )
+            continue
         lags = np.arange(lag_lo, lag_hi + 1)
         lag = int(lags[np.argmax(acf[lags])])
         strength = float(acf[lag])
@@ -186,20 +195,15 @@ def detect_periodicity(
             reasons.append(f"{cand:.1f} s: autocorrelation {strength:.2f} < {MIN_ACF}")
             continue
         # Refine on the spike onsets: the period that folds them most tightly.
-        # All onsets, and (when they differ) those of the largest spikes; with
-        # two tests each must pass at half the level (Bonferroni).
-        all_onsets, sizes = _onsets_for(values, window_s, cand, starts)
+        # All onsets, and (when they differ) those of the largest spikes (at
+        # least MIN_EPISODES of them); with two tests each must pass at half the
+        # level (Bonferroni).
         sets = [all_onsets]
         big = largest_spikes(all_onsets, sizes)
         if big is not None:
             sets.append(big)
         alpha = RAYLEIGH_ALPHA / len(sets)
         for onsets in sets:
-            if len(onsets) < MIN_EPISODES:
-                reasons.append(
-                    f"{cand:.1f} s: only {len(onsets)} spike onsets (need {MIN_EPISODES} to test a period)"
-                )
-                continue
             period, r, p_value, jitter = _fold_test(onsets, cand)
             cycles = duration_s / period
             result = Periodicity(

@@ -1,15 +1,21 @@
-"""CpuBurn bookkeeping without real burners: spawn count, kill by PID, reaping."""
+"""CpuBurn bookkeeping with fake burners (spawn count, kill by PID, reaping), and one real
+burner whose parent is SIGKILLed."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from loadkit.faults import cpu_burn as cpu_burn_module
-from loadkit.faults.cpu_burn import BURNER_CODE, CpuBurn
+from loadkit.faults.cpu_burn import CpuBurn
 from loadkit.faults.schedule import FaultSchedule, FaultUnavailable
 from tests.unit.faults_fakes import FakeClock
 
@@ -93,6 +99,52 @@ def test_zero_processes_is_refused() -> None:
         CpuBurn(FaultSchedule(duration_s=1), processes=0)
 
 
-def test_burner_code_compiles_and_dies_with_its_parent() -> None:
-    compile(BURNER_CODE, "<burner>", "exec")
-    assert "prctl(1, 9)" in BURNER_CODE  # PR_SET_PDEATHSIG = SIGKILL
+# A parent that starts one real burner, prints its PID and waits to be killed.
+PARENT_SCRIPT = """\
+import sys, time
+from loadkit.faults.cpu_burn import CpuBurn
+from loadkit.faults.schedule import FaultSchedule
+fault = CpuBurn(FaultSchedule(duration_s=60.0), processes=1).start()
+deadline = time.monotonic() + 20
+while not fault.active and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(fault.pids[0] if fault.active else -1, flush=True)
+time.sleep(60)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie (an orphan's reaper may be slow)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_burner_dies_with_its_parent_on_sigkill() -> None:
+    # GIVEN a real burner, busy, started by a parent process
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT_SCRIPT], stdout=subprocess.PIPE, text=True
+    )
+    burner_pid = -1
+    try:
+        assert parent.stdout is not None
+        burner_pid = int(parent.stdout.readline() or -1)
+        assert burner_pid > 0, "the parent did not start its burner"
+        assert psutil.Process(burner_pid).ppid() == parent.pid
+        # WHEN the parent is SIGKILLed (no atexit, no stop() runs)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(5)
+        # THEN the kernel kills the burner too, within 2 s
+        deadline = time.monotonic() + 2.0
+        while not _gone(burner_pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _gone(burner_pid), (
+            f"burner PID {burner_pid} still running 2 s after its parent was SIGKILLed"
+        )
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(5)
+        if burner_pid > 0 and not _gone(burner_pid):
+            os.kill(burner_pid, signal.SIGKILL)

@@ -93,12 +93,19 @@ def test_dispatcher_drops_arrivals_older_than_the_bound_and_stop_releases_users(
     dispatcher.queue.put(fresh)
     assert dispatcher.take() == fresh
     assert counts.dropped_count == 1
-    # An idle user is released when the dispatcher stops; queued arrivals count as dropped.
+    # GIVEN an idle user, and two arrivals queued that no user has run with yet
     waiting = gevent.spawn(dispatcher.take)
     gevent.sleep(0)
+    dispatcher.queue.put(_arrival())
+    dispatcher.queue.put(_arrival())
+    # WHEN the dispatcher stops before the user runs
     dispatcher.stop()
+    # THEN the queued arrivals count as dropped, and the user is released empty-handed
+    assert counts.dropped_count == 1 + 2
+    assert len(dispatcher.queue) == 0
     assert waiting.get(timeout=1) is None
     assert dispatcher.finished
+    assert dispatcher.take() is None
 
 
 def test_candidate_batches_are_reproducible_read_only_rows_across_blocks() -> None:

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 
 from loadkit.analysis.align import NS
@@ -22,6 +24,18 @@ def _detect(values):
     starts = T0 + np.arange(len(values), dtype=np.int64) * NS
     episodes, _ = find_episodes(list(values), starts, 1.0, T0, "p99")
     return detect_periodicity(list(values), 1.0, episodes, "p99"), episodes
+
+
+def _rejections(reason: str | None) -> list[str]:
+    """The rule that rejected each candidate period, numbers about the candidate left out."""
+    assert reason is not None and reason.startswith("no candidate period confirmed: "), reason
+    rules = []
+    for part in reason.removeprefix("no candidate period confirmed: ").split("; "):
+        period, _, rule = part.partition(" s: ")
+        assert float(period) > 0, part
+        rule = re.sub(r"autocorrelation -?\d+\.\d+ <", "autocorrelation <", rule)
+        rules.append(rule.replace(" to test a period", ""))
+    return rules
 
 
 def test_rayleigh_uniform_phases_are_not_significant_and_locked_phases_are():
@@ -49,7 +63,8 @@ def test_random_spikes_are_not_periodic():
         values[s : s + 2] = 25.0
     result, _ = _detect(values)
     assert not result.periodic
-    assert result.reason
+    # THEN every candidate period was rejected by the autocorrelation rule, and the reason says so
+    assert _rejections(result.reason) == ["autocorrelation < 0.25"] * 3, result.reason
 
 
 def test_fewer_than_five_cycles_is_rejected():
@@ -61,8 +76,11 @@ def test_fewer_than_five_cycles_is_rejected():
 def test_too_few_episodes_says_so():
     values = np.full(100, 10.0)
     values[50:52] = 30.0
-    result, _ = _detect(values)
-    assert not result.periodic and result.reason
+    result, episodes = _detect(values)
+    assert len(episodes) == 1
+    assert not result.periodic
+    # THEN every candidate was rejected for having too few spikes to fold, whatever its autocorrelation
+    assert _rejections(result.reason) == ["only 1 spike onset (need 4)"] * 3, result.reason
 
 
 def test_no_episodes_says_so():

@@ -8,11 +8,13 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 from analysis_builder import HOSTILE, make_analysis, make_run
+from matplotlib.figure import Figure
 
 from loadkit.analysis import model as m
-from loadkit.report import html
+from loadkit.report import html, plots
 from loadkit.rundir import Run
 
 
@@ -108,25 +110,71 @@ def test_one_hour_run_stays_under_5_mb(tmp_path: Path):
     assert size < 5 * 1024 * 1024, f"report is {size / 1e6:.1f} MB"
 
 
+@pytest.mark.filterwarnings("error")  # a warning (matplotlib, numpy, jinja2) fails the test
 @pytest.mark.parametrize("windows", [0, 1])
 def test_a_run_with_almost_no_data_still_reports(tmp_path: Path, windows: int):
     """A run killed at once still gets a report with its verdict (no crash, no warnings)."""
-    page = html.render(make_run(tmp_path / "r"), make_analysis(n=windows))
-    assert 'id="verdict-badge"' in page
+    analysis = make_analysis(n=windows)
+    page = html.render(make_run(tmp_path / "r"), analysis)
+    assert '<div class="badge" id="verdict-badge">✗ FAIL</div>' in page
+    assert "The run did not meet its SLO." in page
+    assert analysis.verdict.summary in page
+    assert "P99 ≤ 50.0 ms: observed 78.5 ms (fail)" in page
 
 
-def test_missing_latency_values_leave_gaps_not_errors(tmp_path: Path):
+def _drawn_figures(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
+    """Every matplotlib figure the reporter renders, in order (the data it really drew)."""
+    figures: list[Figure] = []
+    render = plots._render
+
+    def keep(fig: Figure, alt: str) -> plots.Image:
+        figures.append(fig)
+        return render(fig, alt)
+
+    monkeypatch.setattr(plots, "_render", keep)
+    return figures
+
+
+def test_missing_latency_values_leave_gaps_not_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # GIVEN 30 windows whose latency percentiles are missing in windows 10-14
+    # (nothing completed there), and a distribution without its P99
     analysis = make_analysis(n=30)
-    gap = tuple([None] * 30)
-    corrected = dataclasses.replace(
-        analysis.windows.corrected, p50_ms=gap, p95_ms=gap, p99_ms=gap, p999_ms=gap
-    )
+    missing = range(10, 15)
+    corrected = analysis.windows.corrected
+    holed = {
+        f"{name}_ms": tuple(
+            None if i in missing else v for i, v in enumerate(corrected.percentile(name))
+        )
+        for name in ("p50", "p95", "p99", "p999")
+    }
     analysis = dataclasses.replace(
         analysis,
-        windows=dataclasses.replace(analysis.windows, corrected=corrected),
+        windows=dataclasses.replace(
+            analysis.windows, corrected=dataclasses.replace(corrected, **holed)
+        ),
         nines=m.NinesDistribution(
-            percentiles=(50.0, 99.0, 100.0), corrected_ms=(None,) * 3, service_ms=(None,) * 3
+            percentiles=(50.0, 99.0, 100.0),
+            corrected_ms=(6.0, None, 90.0),
+            service_ms=(5.0, None, 80.0),
         ),
     )
+    figures = _drawn_figures(monkeypatch)
+    # WHEN the report is rendered (no error)
     page = html.render(make_run(tmp_path / "r"), analysis)
     assert 'id="verdict-badge"' in page
+    # THEN each latency line is NaN (a gap) exactly in the missing windows
+    timeline = next(f for f in figures if f.axes[0].get_title("left").startswith("Latency"))
+    lines = {str(line.get_label()): line for line in timeline.axes[0].get_lines()}
+    for name, label in (("p50", "P50"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9")):
+        y = np.asarray(lines[label].get_ydata(), dtype=float)
+        assert [i for i in range(30) if np.isnan(y[i])] == list(missing), label
+        expected = [v for i, v in enumerate(holed[f"{name}_ms"]) if i not in missing]
+        assert list(np.delete(y, list(missing))) == expected, label
+    # and the distribution has no point at the missing P99 (P50 and the max only)
+    nines = next(f for f in figures if f.axes[0].get_title("left").startswith("Latency distr"))
+    corrected_line = next(
+        line for line in nines.axes[0].get_lines() if str(line.get_label()).startswith("corrected")
+    )
+    assert list(corrected_line.get_ydata()) == [6.0, 90.0]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from matplotlib.figure import Figure
+
 from loadkit.report import plots
 
 
@@ -25,10 +28,44 @@ def test_svg_is_deterministic_and_undated():
     assert first.data_uri.startswith("data:image/svg+xml;base64,")
 
 
-def test_panels_appear_only_for_data_present():
-    bare = plots.draw(_timeline())
-    assert "latency" in bare.alt and "GPU" not in bare.alt and "batch" not in bare.alt
-    full = plots.draw(
+def _panels(spec: plots.Timeline, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    """Draw a timeline; for each panel drawn (by title, top to bottom) the labels of its lines."""
+    figures: list[Figure] = []
+    render = plots._render
+
+    def keep(fig: Figure, alt: str) -> plots.Image:
+        figures.append(fig)
+        return render(fig, alt)
+
+    monkeypatch.setattr(plots, "_render", keep)
+    plots.draw(spec)
+    (fig,) = figures
+    # A panel is a titled axes; its twin axes (second y scale) sit exactly on it.
+    titled = [ax for ax in fig.axes if ax.get_title("left")]
+    panels: dict[str, list[str]] = {ax.get_title("left"): [] for ax in titled}
+    for ax in fig.axes:
+        owner = [p for p in titled if p.get_position().bounds == ax.get_position().bounds]
+        if not owner:
+            continue  # a colour bar
+        labels = panels[owner[0].get_title("left")]
+        labels += ["heatmap"] * len(ax.get_images())
+        labels += [str(line.get_label()) for line in ax.get_lines()]
+    return panels
+
+
+def test_panels_appear_only_for_data_present(monkeypatch: pytest.MonkeyPatch):
+    # GIVEN latency and rate only: one panel, the latency one
+    bare = _panels(_timeline(), monkeypatch)
+    assert bare == {
+        "Latency percentiles (corrected) and request rate": [
+            "P99",
+            "SLO (P99)",
+            "offered rate",
+            "achieved rate",
+        ]
+    }
+    # GIVEN GPU, thermal, CPU and batching data too: a panel for each, each with its data
+    full = _panels(
         _timeline(
             gpu_util_pct=[50.0] * 20,
             sm_clock_mhz=[1980.0] * 20,
@@ -37,10 +74,21 @@ def test_panels_appear_only_for_data_present():
             batch_sizes=(1, 2, 4),
             batch_executions=[[1] * 20, [2] * 20, [0] * 20],
             queue_ms=[1.0] * 20,
-        )
+        ),
+        monkeypatch,
     )
-    for words in ("GPU utilization", "temperature", "busiest core", "batch-size distribution"):
-        assert words in full.alt
+    assert full == {
+        "Latency percentiles (corrected) and request rate": bare[
+            "Latency percentiles (corrected) and request rate"
+        ],
+        "GPU utilization and SM clock": ["utilization (%)", "SM clock (MHz)"],
+        "GPU temperature and power": ["temperature (°C)"],
+        "CPU per core and cgroup throttling": ["busiest core (%)"],
+        "Batch-size distribution over time, with queue and compute time": [
+            "heatmap",
+            "queue (ms)",
+        ],
+    }
 
 
 def test_nines_axis_places_percentiles_by_their_nines():
