@@ -400,5 +400,5 @@ def test_plain_locust_command_records_the_same_files(triton: Any, tmp_path: Path
     ok = int(run.load_intervals["ok"].sum())
     assert 150 <= ok <= 250  # 50/s for about 4 s
     kinds = {h.kind for h in run.latency_intervals}
-    assert kinds == {"corrected", "service"}
+    assert {"corrected", "service"} <= kinds <= {"corrected", "service", "pending"}
     assert not run.request_samples.empty
