@@ -33,8 +33,9 @@ On a machine without a GPU each batch also sleeps for a simulated GPU time
 (gpu_time_us_per_batch + gpu_time_us_per_item x batch size; defaults
 {DEFAULT_MODEL_PARAMS["gpu_time_us_per_batch"]} + {DEFAULT_MODEL_PARAMS["gpu_time_us_per_item"]} us), which leaves the CPU free as a real GPU kernel would.
 
-The server runs until Ctrl-C (or SIGTERM), then stops with its child
-processes. Its log goes to --log (default: a file in the temp directory).
+The server runs until Ctrl-C, SIGINT or SIGTERM (also when started in the
+background by a script), then stops with its child processes; if this command
+is SIGKILLed, the server and its backend processes die with it. Its log goes to --log (default: a file in the temp directory).
 
 examples:
   loadkit target                       # HTTP 8000, gRPC 8001, metrics 8002
