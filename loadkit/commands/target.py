@@ -11,7 +11,7 @@ from pathlib import Path
 
 from loadkit import lifeline
 from loadkit.errors import TargetError, UsageError
-from loadkit.target.config import DEFAULT_MODEL_PARAMS, MODEL_NAME, USER_DIM
+from loadkit.target.config import DEFAULT_MODEL_PARAMS, EXTRA_MODELS, MODEL_NAME, USER_DIM
 from loadkit.target.runtime import find_runtime
 from loadkit.target.server import EmbeddedTriton
 from loadkit.target.smoke import curl_example, run_smoke
@@ -83,6 +83,13 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help='JSON file {"clock_factor": f} from the simulated GPU; slows compute by 1/f',
     )
+    model.add_argument(
+        "--extra-model",
+        action="append",
+        default=[],
+        choices=EXTRA_MODELS,
+        help="also serve this shipped test model (repeatable), e.g. doc_ranker",
+    )
     parser.add_argument("--log", metavar="FILE", help="write the server log here")
     parser.add_argument(
         "--smoke",
@@ -118,7 +125,7 @@ def run_hint(http_url: str) -> str:
 def _print_banner(server: EmbeddedTriton, args: argparse.Namespace) -> None:
     info = server.describe()
     print(
-        f"Triton {info['version']} is serving model '{MODEL_NAME}' on 127.0.0.1 "
+        f"Triton {info['version']} is serving {', '.join(server.model_names)} on 127.0.0.1 "
         f"(embedded, CPU, pid {server.pid})"
     )
     print(f"  HTTP     {server.http_url}")
@@ -155,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         model_params=_params(args.param),
         sim_gpu_state=Path(args.sim_gpu_state) if args.sim_gpu_state else None,
         log_path=log_path,
+        extra_models=tuple(args.extra_model),
         **{f"{service}_port": port for service, port in _ports(args).items()},
     )
     # SIGINT and SIGTERM (Ctrl-C, systemd, docker stop, kill -INT of a background

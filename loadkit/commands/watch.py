@@ -134,6 +134,10 @@ def run(args: argparse.Namespace) -> int:
         target=target,
         environment=_environment(),
     )
+    if args.triton:
+        env = dict(writer.manifest.get("environment") or {})
+        env["server"] = _server(args.triton, args.models)
+        writer.update(environment=env)
     print(f"watching for {args.duration:g}s; run directory {writer.path}", file=sys.stderr)
     sim: Any = None
     prober: Any = None
@@ -198,6 +202,18 @@ def _environment() -> dict[str, Any]:
         return {"host": collect_host()}
     except Exception:  # noqa: BLE001 - metadata must never stop an incident recording
         return {"host": {}}
+
+
+def _server(url: str, models: list[str] | None) -> dict[str, Any]:
+    """The server's metadata and model configs, or what could not be recorded and why."""
+    from loadkit.errors import LoadkitError
+    from loadkit.kserve.metadata import describe_server, open_client
+
+    try:
+        with open_client(url, "http") as client:
+            return describe_server(client, models)
+    except LoadkitError as exc:  # an incident recording goes on without it
+        return {"not_recorded": [f"server metadata: {exc.message}"]}
 
 
 def _record_sources(writer: RunWriter, samplers: Any, sim: Any) -> None:

@@ -50,6 +50,7 @@ from loadkit.load.scenario import (
     ENV_DURATION,
     ENV_PARAMS,
     ENV_PROCESS,
+    ENV_REQUEST_PLAN,
     ENV_RUN_DIR,
     ENV_SEED,
     ENV_WORKER_COUNT,
@@ -114,6 +115,13 @@ def _host_environment() -> dict[str, Any]:
         return {"host": collect_host()}
     except Exception:  # the lead's module may be missing or fail on odd hosts
         return {"host": {}}
+
+
+def _requests_manifest(plan: Mapping[str, Any], latency_ms: float | None) -> dict[str, Any]:
+    """What every request carries, for `manifest.target.requests` (no model spec copy)."""
+    out = {k: v for k, v in plan.items() if k not in ("spec", "model")}
+    out["preflight_ms"] = None if latency_ms is None else round(latency_ms, 3)
+    return out
 
 
 def _merge_manifest(writer: RunWriter, extra: Mapping[str, Any]) -> None:
@@ -358,11 +366,18 @@ def run_scenario(
         raise UsageError(f"--workers must be >= 0, got {workers}")
     overrides = {k: v for k, v in (params or {}).items()}
     check_syntax(a for a in abort_on if isinstance(a, str))
-    info = describe_scenario(scenario_path, overrides, duration_s)
+    check_reachable(target_url)
+    # Describe the scenario and run the pre-flight (metadata, one request) in one child.
+    info = describe_scenario(
+        scenario_path, overrides, duration_s, preflight_target=target_url, seed=seed
+    )
     conditions = [a for a in abort_on if isinstance(a, AbortCondition)]
     conditions += expand_conditions([a for a in abort_on if isinstance(a, str)], info.get("slo"))
-    check_reachable(target_url)
     resolved_params: dict[str, Any] = info["params"]
+    preflight: dict[str, Any] = info["preflight"]
+    plan: dict[str, Any] = preflight["plan"]
+    environment = _host_environment()
+    environment["server"] = preflight["server"]
     writer = RunWriter.create(
         out_dir=out_dir,
         run_id=run_id,
@@ -383,11 +398,12 @@ def run_scenario(
         target={
             "url": target_url,
             "protocol": resolved_params.get("protocol"),
-            "model": resolved_params.get("model"),
+            "model": plan["model"],
             "embedded": False,
+            "requests": _requests_manifest(plan, preflight.get("latency_ms")),
         },
         slo=info.get("slo"),
-        environment=_host_environment(),
+        environment=environment,
         command_line=command_line,
     )
     writer.update(abort_on=[c.text for c in conditions], abort=None)
@@ -425,6 +441,7 @@ def run_scenario(
             ENV_RUN_DIR: str(run_dir.resolve()),
             ENV_PARAMS: json.dumps(overrides),
             ENV_SEED: str(seed),
+            ENV_REQUEST_PLAN: json.dumps(plan),
             "PYTHONUNBUFFERED": "1",
         }
         if duration_s is not None:
