@@ -259,6 +259,11 @@ def test_sigkill_of_loadkit_demo_leaves_nothing_running(tmp_path: Path) -> None:
 
 
 def _sigint_ignored(pid: int) -> bool:
+    # after exec (the shell sets the disposition between fork and exec)
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] != b"sleep":
+        assert time.monotonic() < deadline, "the background sleep did not start"
+        time.sleep(0.01)
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("SigIgn:"):
             return bool(int(line.split()[1], 16) >> (signal.SIGINT - 1) & 1)
