@@ -108,8 +108,9 @@ def test_sigstopped_target_trips_abort_on_p99_and_the_load_stops_within_1s(
     abort = run.manifest["abort"]
     assert abort["by"] == "condition" and abort["condition"] == "p99>200ms for 3s"
     assert run.manifest["abort_on"] == ["errors>50% for 5s", "p99>200ms for 3s"]
-    # three whole seconds of breach: the first began at most 1 s before the stall...
-    assert stopped_ns - SECOND <= abort["since_ns"] <= stopped_ns
+    # three whole seconds of breach, the first the second in which the stall began or the
+    # next one (a stall that began late in a second leaves that second's P99 low)...
+    assert stopped_ns - SECOND < abort["since_ns"] <= stopped_ns + SECOND
     assert abort["t_ns"] - abort["since_ns"] == 3 * SECOND
     assert all(v > 0.2 for v in abort["values"])
     # ...and it was seen within a second of holding
