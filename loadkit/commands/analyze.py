@@ -129,6 +129,8 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
         w(f"saturation knee: {a.knee.reason}\n")
     if a.soak is not None:
         w(f"soak: {a.soak.summary}\n")
+        for drift in a.soak.findings:
+            w(f"drift [{drift.severity}]: {drift.summary}\n")
     for alert in a.alerts:
         w(f"alert [{alert.severity}]: {alert.message}\n")
     unassessable = [c for c in a.causes_checked if c.status == "not_assessable"]

@@ -113,6 +113,16 @@ def render_context(ctx: dict[str, Any], html_url: str | None = None) -> str:
         lines.append(f"   - **Action:** {md_escape(f['action'])}")
     if ctx["findings"]:
         lines.append("")
+    soak = ctx.get("soak")
+    if soak and soak["findings"]:
+        lines.append("### Soak drift")
+        lines.append("")
+        for f in soak["findings"]:
+            lines.append(
+                f"- **{md_escape(f['title'])}** ({md_escape(f['severity'])}): {md_escape(f['summary'])}"
+            )
+            lines.append(f"   - **Action:** {md_escape(f['action'])}")
+        lines.append("")
     for r in ctx["recoveries"]:
         lines.append(
             f"- Burst at {md_escape(r['at'])} ({md_escape(r['rate'])}): P99 peak "

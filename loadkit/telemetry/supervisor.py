@@ -147,12 +147,13 @@ class SamplerSet:
     # --- state ------------------------------------------------------------
     def _poll(self) -> None:
         for child in self.children:
-            if child.status != "starting" or child.process.stdout is None:
+            stdout = child.process.stdout
+            if child.status != "starting" or stdout is None or stdout.closed:
                 continue
-            ready, _, _ = select.select([child.process.stdout], [], [], 0)
+            ready, _, _ = select.select([stdout], [], [], 0)
             if not ready:
                 continue
-            line = child.process.stdout.readline()
+            line = stdout.readline()
             try:
                 report = json.loads(line)
                 child.status, child.warning = report["status"], report.get("message")
