@@ -21,7 +21,9 @@ host/GPU/Triton telemetry.
 
 The scenario is a built-in one by name (`loadkit scenarios` lists them) or
 the path of your own locustfile. Ctrl-C (or SIGTERM) stops the run: it is
-marked 'aborted' and keeps everything recorded (exit status 130).
+marked 'aborted' and keeps everything recorded (exit status 130). If this
+command is killed outright (SIGKILL), its Locust processes and samplers die
+with it at once: no load outlives it.
 --abort-on CONDITION stops the load within a second of the condition holding
 (checked on the merged 1 s intervals of every Locust process): the run is
 marked 'aborted' with the condition and the moment, and the exit status is 1.

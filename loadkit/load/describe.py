@@ -25,6 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from loadkit import lifeline
 from loadkit.errors import EXIT_TARGET, LoadkitError, TargetError, UsageError
 
 DESCRIBE_TIMEOUT_S = 60.0
@@ -103,9 +104,7 @@ def describe_scenario(
     if preflight_target is not None:
         argv += ["--preflight", preflight_target, "--seed", str(seed)]
     try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S, check=False
-        )
+        proc = lifeline.run(argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise UsageError(f"loading scenario {path} took over {DESCRIBE_TIMEOUT_S:.0f} s") from exc
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -127,9 +126,7 @@ def describe_scenarios(paths: list[Path]) -> list[dict[str, Any]]:
     """
     argv = [sys.executable, "-m", "loadkit.load.describe", "--many", *map(str, paths)]
     try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S, check=False
-        )
+        proc = lifeline.run(argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise UsageError(f"loading scenarios took over {DESCRIBE_TIMEOUT_S:.0f} s") from exc
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]

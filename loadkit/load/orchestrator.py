@@ -26,7 +26,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from loadkit import lifeline
 from loadkit.errors import LoadkitError, TargetError, UsageError
 from loadkit.load.catalog import resolve_scenario
 from loadkit.load.describe import describe_scenario
@@ -239,8 +239,9 @@ class LocustProcesses:
     def _spawn(self, role: str, argv: list[str], run_dir: Path, env: dict[str, str]) -> None:
         log = open(run_dir / LOGS_DIR / f"locust-{role}.log", "ab")  # noqa: SIM115
         self.logs.append(log)
-        proc = subprocess.Popen(
+        proc = lifeline.popen(
             argv,
+            death_signal=signal.SIGKILL,  # we died: stop loading the target at once
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -311,31 +312,6 @@ class LocustProcesses:
 
 
 # --------------------------------------------------------------------- the run
-class _StopSignals:
-    """SIGINT and SIGTERM raise KeyboardInterrupt while a run is in progress.
-
-    Installed explicitly because a process started in the background by a
-    non-interactive shell inherits SIGINT as ignored; restored afterwards.
-    """
-
-    def __init__(self) -> None:
-        self._saved: dict[int, Any] = {}
-
-    def _raise(self, signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    def __enter__(self) -> _StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._saved[sig] = signal.signal(sig, self._raise)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._saved.items():
-            signal.signal(sig, handler)
-        self._saved.clear()
-
-
 def _stop_on_breach(
     writer: RunWriter,
     procs: LocustProcesses,
@@ -454,7 +430,9 @@ def run_scenario(
         if printer is not None:
             printer.show(snapshot, force=final)
 
-    stop_signals = _StopSignals().__enter__()
+    # SIGINT and SIGTERM raise KeyboardInterrupt while the run is in progress.
+    stop_signals = lifeline.stop_signals()
+    stop_signals.__enter__()
     try:
         if before_start is not None:
             before_start(writer)
@@ -525,7 +503,7 @@ def run_scenario(
                 report_progress(final=True)
                 printer.finish()
             writer.finalize(status)
-            stop_signals.__exit__()
+            stop_signals.__exit__(None, None, None)
     if failure is not None:
         raise LoadkitError(failure, hint=f"see {run_dir / LOGS_DIR}/ for the Locust logs")
     return run_dir

@@ -4,7 +4,9 @@
 a new session (so the Python backend stubs it forks share its process group),
 waits until the server and the `ranker` model are ready, and on `stop()` (or at
 interpreter exit) sends SIGTERM to that PID, then SIGKILL to that process group.
-It never looks processes up by name.
+It never looks processes up by name. If we die instead (SIGKILL included), the
+kernel kills the server (PR_SET_PDEATHSIG) and a watcher kills its group, stubs
+included (`loadkit.lifeline`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import IO, Any
 
 import psutil
 
+from loadkit import lifeline
 from loadkit.errors import TargetError
 from loadkit.target import diagnose
 from loadkit.target.config import MODEL_NAME, ModelSettings, write_repository
@@ -109,6 +112,7 @@ class EmbeddedTriton:
         self._log_file: IO[bytes] | None = None
         self._workdir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._guard: lifeline.GroupGuard | None = None
         self.startup_timeout_s = startup_timeout_s
         # Triton waits this long for open client connections and in-flight requests
         # on SIGTERM; load generators keep connections open, so keep it short.
@@ -240,8 +244,9 @@ class EmbeddedTriton:
             f"--exit-timeout-secs={self.exit_timeout_s}",
         ]
         try:
-            self._proc = subprocess.Popen(
+            self._proc = lifeline.popen(
                 cmd,
+                death_signal=signal.SIGKILL,
                 stdin=subprocess.DEVNULL,
                 stdout=self._log_file,
                 stderr=subprocess.STDOUT,
@@ -254,6 +259,7 @@ class EmbeddedTriton:
                 f"cannot execute {binary}: {exc.strerror}",
                 hint="the nvidia-pytriton wheel supports Linux x86_64/aarch64 with glibc >= 2.35",
             ) from None
+        self._guard = lifeline.GroupGuard(self._proc.pid)
 
     def _read_log(self) -> str:
         if self._log_path is None or not self._log_path.exists():
@@ -311,6 +317,9 @@ class EmbeddedTriton:
         deadline = time.monotonic() + 5.0
         while group_members(pgid) and time.monotonic() < deadline:
             time.sleep(_POLL_S)
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            guard.release()
 
     def _cleanup(self, keep_log: bool) -> None:
         if self._log_file is not None:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadkit import lifeline
 from loadkit.errors import UsageError
 from loadkit.rundir.layout import TELEMETRY_DIR
 from loadkit.telemetry.gpu import DEFAULT_GPU_INTERVAL_S, GPU_CHOICES, probe_fake_nvml, probe_nvml
@@ -57,7 +58,14 @@ def _spawn_sampler(spec: SamplerSpec, run_dir: Path) -> subprocess.Popen[str]:
         "--spec",
         json.dumps(asdict(spec)),
     ]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    # SIGTERM when we die: the sampler flushes what it has and exits.
+    return lifeline.popen(
+        argv,
+        death_signal=signal.SIGTERM,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _signal(proc: subprocess.Popen[str], sig: int) -> None:
