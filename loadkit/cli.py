@@ -29,8 +29,8 @@ COMMANDS: dict[str, str] = {
 }
 
 EPILOG = """\
-exit codes: 0 ok, 1 SLO failed (--fail-on-slo), 2 bad input, 3 target/server
-failed, 4 unreadable run directory, 130 interrupted (data kept).
+exit codes: 0 ok, 1 SLO failed (--fail-on-slo) or run stopped by --abort-on,
+2 bad input, 3 target/server failed, 4 unreadable run directory, 130 interrupted (data kept).
 
 start here:  loadkit demo        (real Triton on 127.0.0.1, burst test, report)
 """

@@ -2,7 +2,7 @@
 
 Exit codes (documented in README "Exit codes"):
   0  success
-  1  the run failed its SLO (only with --fail-on-slo)
+  1  the run failed its SLO (only with --fail-on-slo), or --abort-on stopped it
   2  bad input: command line, scenario, file the user gave us
   3  the target or a server we started could not be started or reached
   4  a run directory could not be read

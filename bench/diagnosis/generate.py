@@ -9,15 +9,20 @@ from the case's seed; the plan is written to the manifest
 (`kind: fault`). Cases:
 
 - `clean`: no fault (control)
-- `stall`: SIGSTOP/SIGCONT of the Triton server (`loadkit.faults.ProcessStall`)
 - `cpu-burn`: busy-loop processes on every core (`loadkit.faults.CpuBurn`)
+- `clean-busy`: no fault, on a busy host (one nice-19 busy loop per core all run,
+  each in a session of its own): a control
+- `stall`: SIGSTOP/SIGCONT of the Triton server for 0.2-1.5 s at random phases
 - `cgroup-quota`: a real CFS quota on Triton's cgroup (`loadkit.faults.CgroupQuota`);
   skipped with a note where the host does not permit it
+- `cgroup-quota-loose`: a real quota the server never reaches (a control)
+- `model-slowdown`: the ranker itself slows 1.6-3x (`loadkit.faults.ModelSlowdown`),
+  no GPU, CPU or cgroup signal: "unexplained compute slowdown"
 - `thermal`: cooling faults of the simulated GPU (it logs `thermal-throttle`)
 - `batching-window`: `max_queue_delay` tens of ms at low load (a run-long `fault` event)
 - `bursts`: periodic bursts above capacity (ground truth: `burst-start`/`burst-end` phases)
 - `churn`: a new connection per request for the whole run (a run-long `fault` event)
-- `thermal+stall`: two faults overlapping
+- `thermal+stall`, `model-slowdown+stall`: two faults overlapping
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from loadkit.faults import (
     CpuBurn,
     FaultSchedule,
     FaultUnavailable,
+    ModelSlowdown,
     ProcessStall,
     ScheduledFault,
     ThermalFault,
@@ -53,27 +59,40 @@ from loadkit.telemetry.supervisor import SamplerSet
 SCENARIO_PATH = Path(__file__).with_name("scenario.py")
 CASES = (
     "clean",
+    "clean-busy",
     "stall",
     "cpu-burn",
     "cgroup-quota",
+    "cgroup-quota-loose",
     "thermal",
     "batching-window",
     "bursts",
     "churn",
+    "model-slowdown",
     "thermal+stall",
+    "model-slowdown+stall",
 )
+
 # 70 s of load: with periods of 8-11 s and the first window after the
 # analyzer's 8 s warm-up, a run holds 6-7 fault windows. The analyzer needs at
 # least 5 phase-locked spike onsets and 5 cycles to call a period (its Rayleigh
 # test cannot reach p < 0.005 with 4), and 50 s runs held only 4-5.
 DEFAULT_DURATION_S = 70.0
 STEADY_RATE = 150.0  # arrivals/s: >= 100 per 1 s window, so each window has a P99
-LOW_RATE = 40.0  # the batching-window case: batches never fill
+# the batching-window case: 5-30 arrivals/s against a 5-30 ms window (batches never fill)
+LOW_RATE = (5.0, 30.0)
+BATCHING_WINDOW_MS = (5.0, 30.0)
+# Sub-window stalls at random phases: 0.2-1.5 s (GC pauses, page faults, freezes).
+STALL_S = (0.2, 1.5)
+# The model itself slows by this factor (no GPU, CPU or cgroup signal).
+MODEL_SLOWDOWN = (1.6, 3.0)
+# A quota the server never reaches (it uses ~0.1-0.15 core here): must not be blamed.
+LOOSE_QUOTA_CORES = (1.0, 1.8)
 # After the analyzer's warm-up: the injectors start ~3 s into the run (samplers
 # settle first), so a first window at 8-10 s lands at ~11-13 s, clear of the
 # 8 s the analyzer leaves out of spike detection.
 FIRST_FAULT_S = (8.0, 10.0)
-PERIOD_S = (8.0, 11.0)
+PERIOD_S = (6.0, 10.0)  # 6-10 s: 5+ windows in a 60 s run
 RUN_LEVEL = "run-level"
 SAMPLER_START_TIMEOUT_S = 20.0
 # Every case but batching-window: a 0.5 ms batching window. loadkit's default
@@ -99,7 +118,7 @@ BURST_USERS = 1200
 # QUIET_BUSY_PCT busy (mean over cores, measured over QUIET_SAMPLE_S): a run
 # alone uses about 20-30 % of this 2-core VM, so more means someone else is busy.
 QUIET_BUSY_PCT = 35.0
-QUIET_MAX_WAIT_S = 60.0
+QUIET_MAX_WAIT_S = 20.0
 QUIET_SAMPLE_S = 3.0
 
 
@@ -154,8 +173,27 @@ def plan_case(case: str, seed: int, duration_s: float = DEFAULT_DURATION_S) -> C
     )
     parts = case.split("+")
     if "stall" in parts:
-        plan.faults["stall"] = {"schedule": _episodic(rng, (1.5, 2.5))}
+        plan.faults["stall"] = {"schedule": _episodic(rng, STALL_S)}
+    if "model-slowdown" in parts:
+        plan.faults["model-slowdown"] = {
+            "schedule": _episodic(rng, (2.0, 4.0)),
+            "factor": round(rng.uniform(*MODEL_SLOWDOWN), 2),
+        }
+    if case == "clean-busy":
+        # Someone else's batch job all run long at the lowest priority: the host
+        # is busy, the server is not slowed. A control, not a fault.
+        plan.faults["busy-host"] = {
+            "schedule": RUN_LEVEL,
+            "processes_per_core": 1,
+            "nice": 19,
+        }
+    if case == "cgroup-quota-loose":
+        plan.faults["cgroup-quota-loose"] = {
+            "schedule": _episodic(rng, (2.5, 4.0)),
+            "quota_cores": round(rng.uniform(*LOOSE_QUOTA_CORES), 2),
+        }
     if "cpu-burn" in parts:
+        ordinary = rng.random() < 0.5
         plan.faults["cpu-burn"] = {
             "schedule": _episodic(rng, (2.5, 4.0)),
             # A noisy neighbour at a higher priority: at the default priority,
@@ -166,8 +204,11 @@ def plan_case(case: str, seed: int, duration_s: float = DEFAULT_DURATION_S) -> C
             # the CPU. Needs root; the case is skipped with a note elsewhere.
             # One per core: at two per core Triton itself starved (its queue and
             # compute grew 5-10x), which is no longer time spent outside the server.
-            "processes_per_core": 1,
-            "nice": CPU_BURN_NICE,
+            # Half the seeds at ordinary priority (nice 0, each burner in a session
+            # of its own like a co-located job), 1-2 per core; half at nice -10, 1 per core.
+            "processes_per_core": rng.choice((1, 2)) if ordinary else 1,
+            "nice": 0 if ordinary else CPU_BURN_NICE,
+            "own_session": True,
         }
     if "cgroup-quota" in parts:
         plan.faults["cgroup-quota"] = {
@@ -183,9 +224,9 @@ def plan_case(case: str, seed: int, duration_s: float = DEFAULT_DURATION_S) -> C
             "schedule": {k: s[k] for k in ("period_s", "duration_s", "first_start_s")}
         }
     if case == "batching-window":
-        plan.rate = LOW_RATE
+        plan.rate = round(rng.uniform(*LOW_RATE), 1)
         plan.triton = {
-            "max_queue_delay_us": int(rng.uniform(20_000, 50_000)),
+            "max_queue_delay_us": int(rng.uniform(*BATCHING_WINDOW_MS) * 1000),
             "max_batch_size": 32,
         }
         plan.faults["batching-window"] = {"schedule": RUN_LEVEL, **plan.triton}
@@ -237,6 +278,7 @@ class _Faults:
         self.plan = plan
         self.triton = triton
         self.state_path = state_path
+        self.slowdown_path = state_path.with_name("model_slowdown.json")
         self.injectors: list[ScheduledFault] = []
         self.thermal = ThermalFault(period_s=None)
         self.run_dir: Path | None = None
@@ -284,14 +326,46 @@ class _Faults:
             self.injectors.append(
                 ProcessStall(pid, _schedule(faults["stall"]["schedule"], until), run_dir=run_dir)
             )
+        cores = len(os.sched_getaffinity(0))
         if "cpu-burn" in faults:
             f = faults["cpu-burn"]
-            cores = len(os.sched_getaffinity(0))
             self.injectors.append(
                 CpuBurn(
                     _schedule(f["schedule"], until),
                     processes=cores * int(f["processes_per_core"]),
                     nice=int(f.get("nice", 0)),
+                    own_session=f.get("own_session"),
+                    run_dir=run_dir,
+                )
+            )
+        if "busy-host" in faults:
+            f = faults["busy-host"]
+            self.injectors.append(
+                CpuBurn(
+                    FaultSchedule(duration_s=until + 10.0, first_start_s=0.0, until_s=until + 10.0),
+                    processes=cores * int(f["processes_per_core"]),
+                    nice=int(f["nice"]),
+                    own_session=True,
+                    run_dir=run_dir,
+                )
+            )
+        if "model-slowdown" in faults:
+            f = faults["model-slowdown"]
+            self.injectors.append(
+                ModelSlowdown(
+                    self.slowdown_path,
+                    _schedule(f["schedule"], until),
+                    factor=float(f["factor"]),
+                    run_dir=run_dir,
+                )
+            )
+        if "cgroup-quota-loose" in faults:
+            f = faults["cgroup-quota-loose"]
+            self.injectors.append(
+                CgroupQuota(
+                    pid,
+                    _schedule(f["schedule"], until),
+                    quota_cores=f["quota_cores"],
                     run_dir=run_dir,
                 )
             )
@@ -331,7 +405,7 @@ def check_case_possible(case: str) -> str | None:
             CpuBurn(FaultSchedule(duration_s=1.0), nice=CPU_BURN_NICE)
         except FaultUnavailable as exc:
             return exc.message
-    if "cgroup-quota" not in case.split("+"):
+    if not {"cgroup-quota", "cgroup-quota-loose"} & set(case.split("+")):
         return None
     probe = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
@@ -399,11 +473,16 @@ def generate_run(
     workdir = Path(tempfile.mkdtemp(prefix="loadkit-diagnosis-"))
     state_path = workdir / "sim_gpu_state.json"
     state_path.write_text(json.dumps({"clock_factor": 1.0}))
+    model_params = dict(plan.triton.get("model_params") or {})
+    if "model-slowdown" in plan.faults:
+        slowdown = state_path.with_name("model_slowdown.json")
+        slowdown.write_text(json.dumps({"factor": 1.0}))
+        model_params["slowdown_state"] = str(slowdown)
     try:
         with EmbeddedTriton(
             max_queue_delay_us=plan.triton["max_queue_delay_us"],
             max_batch_size=plan.triton["max_batch_size"],
-            model_params=plan.triton.get("model_params"),
+            model_params=model_params or None,
             sim_gpu_state=state_path,
             log_path=workdir / "tritonserver.log",
         ) as triton:

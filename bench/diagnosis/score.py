@@ -28,6 +28,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from loadkit.analysis import causes
 from loadkit.analysis import model as m
 from loadkit.analysis.model import Analysis
 from loadkit.analysis.periodicity import run_period
@@ -38,7 +39,7 @@ TOLERANCE_NS = 2_000_000_000
 PERCENTILE_ORDER = ("p99", "p95", "p50")  # the analyzer's primary-percentile order
 CONFIDENCE_RANK = {"strong": 3, "moderate": 2, "weak": 1}
 
-# Plan fault key -> analyzer cause.
+# Plan fault key -> analyzer cause (the benchmark's own case names).
 CASE_CAUSES = {
     "stall": m.CAUSE_PROCESS_STALL,
     "cpu-burn": m.CAUSE_CPU_SATURATION,
@@ -47,18 +48,19 @@ CASE_CAUSES = {
     "batching-window": m.CAUSE_BATCHING_WINDOW,
     "bursts": m.CAUSE_ARRIVAL_BURST,
     "churn": m.CAUSE_CONNECTION_CHURN,
+    "model-slowdown": "unexplained_compute_slowdown",
 }
-# Ground-truth event name (kind "fault") -> analyzer cause; the simulated GPU's
-# `thermal-throttle` (the effect) is the window, not `cooling-fault` (its trigger).
-EVENT_CAUSES = {
-    "stall": m.CAUSE_PROCESS_STALL,
-    "cpu-burn": m.CAUSE_CPU_SATURATION,
-    "cgroup-quota": m.CAUSE_CGROUP_THROTTLING,
-    "thermal-throttle": m.CAUSE_GPU_THERMAL,
-    "batching-window": m.CAUSE_BATCHING_WINDOW,
-    "churn": m.CAUSE_CONNECTION_CHURN,
-}
-RUN_LEVEL_CAUSES = {m.CAUSE_BATCHING_WINDOW, m.CAUSE_CONNECTION_CHURN}
+# Plan fault keys of controls: a fault that must not be blamed (no cause to find).
+CONTROL_FAULTS = {"busy-host", "cgroup-quota-loose"}
+# Cases scored as clean controls: no finding above weak.
+CONTROL_CASES = ("clean", "clean-busy", "cgroup-quota-loose")
+# Ground-truth event name (kind "fault") -> analyzer cause, from the cause registry
+# (each cause lists the fault events that inject it; the simulated GPU's
+# `thermal-throttle` (the effect) is the window, not `cooling-fault` (its trigger)).
+EVENT_CAUSES = {name: c.id for c in causes.REGISTRY for name in c.fault_events}
+# Causes scored without episode windows: the registry's standing conditions, and
+# any cause whose ground truth is run-long (a `fault` event with scope "run").
+STANDING_CAUSES = {c.id for c in causes.REGISTRY if c.kind == causes.STANDING}
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class Interval:
     cause: str
     start_ns: int
     end_ns: int
+    run_long: bool = False  # the fault lasts the whole run (scope "run")
 
 
 @dataclass
@@ -87,6 +90,7 @@ class RunScore:
     period_error: float | None
     headline: str
     notes: list[str] = field(default_factory=list)
+    run_level_causes: list[str] = field(default_factory=list)  # truth without episode windows
     # The machine's load around the run (1-min load average before/after) and the
     # median host CPU during it: on a shared host other users' work shows here.
     load1_before: float | None = None
@@ -110,16 +114,21 @@ def ground_truth(run: Run) -> list[Interval]:
         return out
     end_default = int(run.end_ns or events["t_ns"].max())
     open_: dict[tuple[str, Any], int] = {}
+    run_long: set[str] = set()
     for row in events.sort_values("t_ns").to_dict("records"):
         kind, name, t = row.get("kind"), row.get("name"), int(row["t_ns"])
         if kind == "fault" and name in EVENT_CAUSES:
             key = (name, row.get("window"))
+            if row.get("scope") == "run":
+                run_long.add(str(name))
             if row.get("action") == "start":
                 open_[key] = t
             elif row.get("action") == "end":
                 key = key if key in open_ else next((k for k in open_ if k[0] == name), key)
                 if key in open_:
-                    out.append(Interval(EVENT_CAUSES[str(name)], open_.pop(key), t))
+                    out.append(
+                        Interval(EVENT_CAUSES[str(name)], open_.pop(key), t, name in run_long)
+                    )
         elif kind == "phase" and name in ("burst-start", "burst-end"):
             key = ("burst", None)
             if name == "burst-start":
@@ -128,7 +137,7 @@ def ground_truth(run: Run) -> list[Interval]:
                 out.append(Interval(m.CAUSE_ARRIVAL_BURST, open_.pop(key), t))
     for (name, _), start in open_.items():
         cause = m.CAUSE_ARRIVAL_BURST if name == "burst" else EVENT_CAUSES[str(name)]
-        out.append(Interval(cause, start, end_default))
+        out.append(Interval(cause, start, end_default, name in run_long))
     return sorted(out, key=lambda i: i.start_ns)
 
 
@@ -148,6 +157,8 @@ def true_period(plan: dict[str, Any]) -> float | None:
     """The injected period when the run has exactly one periodic fault."""
     periods = []
     for name, params in plan.get("faults", {}).items():
+        if name in CONTROL_FAULTS:
+            continue
         if name == "bursts":
             periods.append(params.get("burst_period_s"))
         elif isinstance(params.get("schedule"), dict):
@@ -164,8 +175,9 @@ def score_run(path: Path, *, save_analysis: bool = True) -> RunScore:
     if save_analysis:
         analysis.save(Path(path) / "analysis.json")
     truth = ground_truth(run)
-    true_causes = [CASE_CAUSES[f] for f in plan.get("faults", {})]
-    episodic = [t for t in truth if t.cause not in RUN_LEVEL_CAUSES]
+    true_causes = [CASE_CAUSES[f] for f in plan.get("faults", {}) if f not in CONTROL_FAULTS]
+    episodic = [t for t in truth if not t.run_long and t.cause not in STANDING_CAUSES]
+    run_level = sorted({t.cause for t in truth if t not in episodic})
     episodes = _primary_episodes(analysis)
     matched = sum(
         1
@@ -205,6 +217,7 @@ def score_run(path: Path, *, save_analysis: bool = True) -> RunScore:
         period_error=error,
         headline=analysis.headline,
         notes=list(analysis.notes),
+        run_level_causes=run_level,
         load1_before=(load.get("before") or {}).get("load1"),
         load1_after=(load.get("after") or {}).get("load1"),
         host_cpu_median_pct=float(median(cpu)) if cpu else None,
@@ -220,7 +233,7 @@ def summarize(scores: Sequence[RunScore]) -> dict[str, Any]:
     per_cause: dict[str, dict[str, Any]] = {}
     for cause in sorted({c for s in scores for c in s.true_causes}):
         runs = [s for s in scores if cause in s.true_causes]
-        eps = [s for s in runs if cause not in RUN_LEVEL_CAUSES]
+        eps = [s for s in runs if cause not in s.run_level_causes]
         periods = [s.period_error for s in runs if s.true_period_s is not None]
         per_cause[cause] = {
             "runs": len(runs),
@@ -232,6 +245,7 @@ def summarize(scores: Sequence[RunScore]) -> dict[str, Any]:
             "episode_recall": _ratio(
                 sum(s.windows_recalled for s in eps), sum(s.truth_windows for s in eps)
             ),
+            "run_long": bool(runs) and not eps,
             "period_runs": len(periods),
             "period_detected": sum(1 for p in periods if p is not None),
             "period_error_max": max((p for p in periods if p is not None), default=None),
@@ -240,7 +254,7 @@ def summarize(scores: Sequence[RunScore]) -> dict[str, Any]:
     confusion: dict[str, Counter[str]] = defaultdict(Counter)
     for s in scores:
         confusion[s.case][s.top] += 1
-    clean = [s for s in scores if s.case == "clean"]
+    clean = [s for s in scores if s.case in CONTROL_CASES]
     worst = [max((CONFIDENCE_RANK[c] for _, c in s.findings), default=0) for s in clean]
     return {
         "runs": len(scores),
@@ -274,7 +288,7 @@ def markdown(summary: dict[str, Any], scores: Sequence[RunScore], title: str) ->
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for cause, r in summary["per_cause"].items():
-        run_level = cause in RUN_LEVEL_CAUSES
+        run_level = r.get("run_long", False)
         lines.append(
             f"| {cause} | {r['runs']} | {_fmt(r['ac1'])} | {_fmt(r['ac3'])} | "
             f"{'run-long' if run_level else _fmt(r['episode_precision'])} | "
@@ -285,7 +299,8 @@ def markdown(summary: dict[str, Any], scores: Sequence[RunScore], title: str) ->
     clean = summary["clean"]
     lines += [
         "",
-        f"Clean runs: {clean['runs']}; with any finding: {clean['with_findings']}; "
+        f"Clean and control runs ({', '.join(CONTROL_CASES)}): {clean['runs']}; "
+        f"with any finding: {clean['with_findings']}; "
         f"with a finding above weak: {clean['above_weak']}.",
         "",
     ]

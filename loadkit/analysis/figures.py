@@ -19,17 +19,9 @@ import pandas as pd
 
 from loadkit.analysis.align import WindowGrid, reduce_on_grid
 from loadkit.analysis.attribution import baseline_mask
+from loadkit.analysis.causes import REGISTRY
 from loadkit.analysis.intervals import run_intervals
 from loadkit.analysis.model import (
-    CAUSE_ARRIVAL_BURST,
-    CAUSE_BATCHING_WINDOW,
-    CAUSE_CGROUP_THROTTLING,
-    CAUSE_CONNECTION_CHURN,
-    CAUSE_CPU_SATURATION,
-    CAUSE_GPU_CLOCK_OTHER,
-    CAUSE_GPU_POWER,
-    CAUSE_GPU_THERMAL,
-    CAUSE_PROCESS_STALL,
     AlignedSignal,
     Analysis,
     BurstRecovery,
@@ -49,18 +41,9 @@ BAND_PERCENTILES = (10.0, 90.0)
 BAND_MIN_EPISODES = 3
 PRIMARY_PERCENTILES = ("p99", "p95", "p50")
 
-# The signal that shows each cause (an attribute path on Analysis) and its axis label.
-CAUSE_SIGNALS: dict[str, tuple[str, str]] = {
-    CAUSE_GPU_THERMAL: ("telemetry.gpu_sm_clock_mhz", "SM clock (MHz)"),
-    CAUSE_GPU_POWER: ("telemetry.gpu_sm_clock_mhz", "SM clock (MHz)"),
-    CAUSE_GPU_CLOCK_OTHER: ("telemetry.gpu_sm_clock_mhz", "SM clock (MHz)"),
-    CAUSE_CPU_SATURATION: ("telemetry.cpu_core_max_pct", "busiest core CPU (%)"),
-    CAUSE_CGROUP_THROTTLING: ("telemetry.cgroup_throttled_pct", "cgroup periods throttled (%)"),
-    CAUSE_CONNECTION_CHURN: ("telemetry.new_connections_per_s", "new connections/s"),
-    CAUSE_PROCESS_STALL: ("windows.throughput_rps", "completions/s"),
-    CAUSE_ARRIVAL_BURST: ("windows.offered_rps", "offered rate (requests/s)"),
-    CAUSE_BATCHING_WINDOW: ("telemetry.queue_ms_per_request", "queue time per request (ms)"),
-}
+# The signal that shows each cause (an attribute path on Analysis) and its axis label,
+# from the cause registry.
+CAUSE_SIGNALS: dict[str, tuple[str, str]] = {c.id: c.signal for c in REGISTRY if c.signal}
 
 
 def _values(series: Series | None) -> np.ndarray | None:

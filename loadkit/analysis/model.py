@@ -33,7 +33,8 @@ KNOWN_SCHEMA_VERSIONS = (1,)
 
 Series = tuple[float | None, ...]
 
-# Cause identifiers (Finding.cause, CauseCheck.cause).
+# Ids of the built-in causes (Finding.cause, CauseCheck.cause). The causes themselves,
+# and the list of them, are in loadkit/analysis/causes/ (its REGISTRY).
 CAUSE_ARRIVAL_BURST = "arrival_burst"
 CAUSE_BATCHING_WINDOW = "batching_window"
 CAUSE_GPU_THERMAL = "gpu_clock_thermal"
@@ -43,22 +44,23 @@ CAUSE_CPU_SATURATION = "cpu_saturation"
 CAUSE_CGROUP_THROTTLING = "cgroup_throttling"
 CAUSE_CONNECTION_CHURN = "connection_churn"
 CAUSE_PROCESS_STALL = "process_stall"
-CAUSES = (
-    CAUSE_ARRIVAL_BURST,
-    CAUSE_BATCHING_WINDOW,
-    CAUSE_GPU_THERMAL,
-    CAUSE_GPU_POWER,
-    CAUSE_GPU_CLOCK_OTHER,
-    CAUSE_CPU_SATURATION,
-    CAUSE_CGROUP_THROTTLING,
-    CAUSE_CONNECTION_CHURN,
-    CAUSE_PROCESS_STALL,
-)
 
 CONFIDENCES = ("strong", "moderate", "weak")
 
 
 # --- run and series ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunAbort:
+    """Why a run stopped early, from the manifest's `abort`: a guard condition or Ctrl-C."""
+
+    by: str  # "condition" (`loadkit run --abort-on`) or "interrupt" (Ctrl-C / SIGTERM)
+    condition: str | None  # e.g. "p99>200ms for 3s"
+    t_ns: int | None  # when the condition held (end of its last interval) or the interrupt
+    t_s: float | None  # the same, seconds since the run started
+    since_s: float | None  # when the breach began (first interval of the span)
+    message: str  # one line, e.g. "p99>200ms for 3s held for 3 s (last interval 1.9e+03ms, ...)"
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ class RunInfo:
     simulated: bool  # any source labelled simulated
     loadkit_version: str | None  # that recorded the run
     analyzed_with: str  # loadkit version that wrote analysis.json
+    abort: RunAbort | None = None  # set when the run was stopped early (guard or Ctrl-C)
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,10 @@ class SpikeEpisode:
     peak_z: float  # (peak - baseline) / robust scale
     windows: int
     causes: tuple[str, ...] = ()  # cause identifiers attributed to this episode
+    # Where the time went: the latency component that grew most in this episode
+    # (LatencyBreakdown names) and by how much over its baseline (ms); None: unknown.
+    grew: str | None = None
+    grew_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -264,6 +271,31 @@ class Periodicity:
 
 
 # --- attribution --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LatencyComponent:
+    """One part of a request's latency, per window (ms)."""
+
+    name: str  # generator_lag, client_network, server_queue, server_compute, server_side
+    label: str
+    ms: Series
+    baseline_ms: float | None  # median over baseline windows
+
+
+@dataclass(frozen=True)
+class LatencyBreakdown:
+    """Where the time goes, per window: generator, client + network, server queue, compute.
+
+    generator_lag = corrected P50 - service P50 (the send was late);
+    client_network = service P50 - Triton's request time per request;
+    server_queue, server_compute (input + infer + output) from Triton's statistics.
+    Without Triton statistics only generator_lag and server_side (= service
+    P50: the server and the network, not split) are known.
+    """
+
+    components: tuple[LatencyComponent, ...]
+    source: str  # "triton statistics" or "client only"
 
 
 @dataclass(frozen=True)
@@ -299,7 +331,7 @@ class AlignedSignal:
 class Finding:
     """A cause that explains spike episodes, with its statistics and what to do."""
 
-    cause: str  # one of CAUSES
+    cause: str  # a cause id (loadkit/analysis/causes REGISTRY)
     title: str  # e.g. "GPU thermal throttling"
     confidence: str  # "strong", "moderate", "weak"
     episodes: tuple[str, ...]  # episode ids explained
@@ -492,6 +524,7 @@ class Analysis:
     notes: tuple[str, ...]  # warnings and choices made (window widening, missing sources)
     batch_by_phase: tuple[PhaseBatchHistogram, ...] = ()  # batch-size histogram per phase
     intervals: tuple[Interval, ...] = ()  # throttle / cgroup / fault spans, by start time
+    breakdown: LatencyBreakdown | None = None  # where the time goes, per window
 
     def to_dict(self) -> dict[str, Any]:
         return typing.cast(dict[str, Any], to_jsonable(self))

@@ -12,8 +12,10 @@ import pandas as pd
 from loadkit import __version__
 from loadkit.analysis import attribution as attr
 from loadkit.analysis.align import NS, WindowGrid, make_grid
+from loadkit.analysis.breakdown import breakdown, label_episodes
 from loadkit.analysis.episodes import baseline_windows_for, find_episodes
 from loadkit.analysis.figures import with_figure_values
+from loadkit.analysis.gaps import CompletionGaps, gaps_from_load, gaps_from_samples
 from loadkit.analysis.model import (
     SCHEMA_VERSION,
     Analysis,
@@ -21,6 +23,7 @@ from loadkit.analysis.model import (
     OverallStats,
     Periodicity,
     PhaseMark,
+    RunAbort,
     RunInfo,
     Series,
     SpikeEpisode,
@@ -127,6 +130,24 @@ def model_config(run: Run) -> tuple[str | None, int | None, float | None]:
     return name, mb, delay
 
 
+def completion_gaps(load: pd.DataFrame, samples: pd.DataFrame) -> CompletionGaps | None:
+    """Completion gaps from the recorder's `completion_gaps`, else from complete request samples."""
+    gaps = gaps_from_load(load)
+    if gaps is not None:
+        return gaps
+    if load.empty or "t_ns" not in load.columns:
+        return None
+    if "ok" not in load.columns:
+        return None
+    done = load["ok"] + (load["errors"] if "errors" in load.columns else 0)
+    per_s = (
+        pd.DataFrame({"s": load["t_ns"] // NS, "n": pd.to_numeric(done, errors="coerce")})
+        .groupby("s")["n"]
+        .sum()
+    )
+    return gaps_from_samples(samples, {int(str(k)): float(v) for k, v in per_s.items()})
+
+
 def _run_info(run: Run, start: int, end: int) -> RunInfo:
     m = run.manifest
     scenario = m.get("scenario") or {}
@@ -150,6 +171,39 @@ def _run_info(run: Run, start: int, end: int) -> RunInfo:
         simulated=bool(simulated),
         loadkit_version=m.get("loadkit_version"),
         analyzed_with=__version__,
+        abort=_run_abort(m.get("abort"), start),
+    )
+
+
+def _stopped_sentence(abort: RunAbort | None) -> str:
+    """ "Stopped at 12 s by --abort-on p99>200ms for 3s: ..." for a guard abort, else ""."""
+    if abort is None or abort.by != "condition":
+        return ""
+    at = f" at {abort.t_s:.0f} s" if abort.t_s is not None else ""
+    return f"Stopped{at} by --abort-on {abort.condition}: {abort.message}."
+
+
+def _run_abort(raw: Any, start: int) -> RunAbort | None:
+    """The manifest's `abort` record (docs/run-format.md) as the analysis states it."""
+    if not isinstance(raw, dict):
+        return None
+
+    def seconds(key: str) -> float | None:
+        value = raw.get(key)
+        return (value - start) / NS if isinstance(value, int) else None
+
+    by = str(raw.get("by") or "interrupt")
+    condition = raw.get("condition")
+    message = raw.get("message") or (
+        "stopped by Ctrl-C / SIGTERM" if by == "interrupt" else f"stopped by {condition}"
+    )
+    return RunAbort(
+        by=by,
+        condition=str(condition) if condition is not None else None,
+        t_ns=raw.get("t_ns") if isinstance(raw.get("t_ns"), int) else None,
+        t_s=seconds("t_ns"),
+        since_s=seconds("since_ns"),
+        message=str(message),
     )
 
 
@@ -269,7 +323,14 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         if run.has_series("triton_stats")
         else None
     )
-    samples = align_request_samples(run.request_sample_columns(REQUEST_SAMPLE_COLUMNS), grid)
+    sample_frame = run.request_sample_columns(REQUEST_SAMPLE_COLUMNS)
+    samples = align_request_samples(sample_frame, grid)
+    gaps = completion_gaps(run.load_intervals, sample_frame)
+    if gaps is None:
+        notes.append(
+            "no completion gaps (load counters without completion_gaps, and request samples "
+            "that do not hold every request): stalls are judged on whole windows"
+        )
     for name, value in (("gpu", gpu), ("host", host), ("triton_stats", triton)):
         if value is None:
             notes.append(f"no {name} telemetry: causes that need it are not assessable")
@@ -328,6 +389,9 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         max_batch_size=max_batch,
         max_queue_delay_ms=max_delay_ms,
         burst_mask=burst_mask,
+        corrected_p50_ms=_array(corrected.latency.p50_ms),
+        dispatch_lag_ms=load.dispatch_lag_max_ms if load is not None else None,
+        gaps=gaps,
     )
     primary = next(
         (p for p in PRIMARY_PERCENTILES if any(e.percentile == p for e in episodes)), "p99"
@@ -335,8 +399,19 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
     attribution = attr.attribute(
         signals, [e for e in episodes if e.percentile == primary], episodes
     )
+    # Where the time goes, per window, and which part grew in each episode.
+    base = attr.baseline_mask(grid.n, episodes, grid.starts_ns)
+    if base.sum() < 3:
+        base = np.ones(grid.n, dtype=bool)
+    latency_breakdown, parts = breakdown(signals, base)
+    grew = label_episodes(episodes, parts, grid.starts_ns, base)
     episodes = [
-        replace(e, causes=tuple(attribution.causes_by_episode.get(e.episode_id, ())))
+        replace(
+            e,
+            causes=tuple(attribution.causes_by_episode.get(e.episode_id, ())),
+            grew=grew[e.episode_id][0],
+            grew_ms=grew[e.episode_id][1],
+        )
         for e in episodes
     ]
 
@@ -391,9 +466,13 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
     )
     periodic = run_period(periodicity, primary)
     notes.extend(run.warnings)
+    run_info = _run_info(run, start, end)
+    stopped = _stopped_sentence(run_info.abort)
+    if stopped:
+        notes.append(stopped)
     analysis = Analysis(
         schema_version=SCHEMA_VERSION,
-        run=_run_info(run, start, end),
+        run=run_info,
         window_s=window_s,
         windows=windows,
         telemetry=telemetry,
@@ -415,8 +494,10 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
             periodic.period_s if periodic else None,
             primary,
             periodic.percentile if periodic else None,
-        ),
+        )
+        + (f" {stopped}" if stopped else ""),
         notes=tuple(notes),
+        breakdown=latency_breakdown,
     )
     # Figure values (aligned signals, batch sizes per phase, shaded intervals, CPU per core).
     return with_figure_values(analysis, grid, run, gpu, host, start + int(warmup_s * NS))

@@ -50,6 +50,7 @@ class LoadSeries:
     in_flight: np.ndarray
     out_of_range: np.ndarray
     error_kinds: dict[str, int] = field(default_factory=dict)
+    dispatch_lag_max_ms: np.ndarray | None = None  # worst arrival-scheduler lateness
 
 
 def align_load(frame: pd.DataFrame, grid: WindowGrid) -> LoadSeries | None:
@@ -80,7 +81,9 @@ def align_load(frame: pd.DataFrame, grid: WindowGrid) -> LoadSeries | None:
                 for kind, count in entry.items():
                     if isinstance(count, int | float):
                         kinds[str(kind)] = kinds.get(str(kind), 0) + int(count)
+    lag = numeric(frame, "dispatch_lag_max_ms")
     return LoadSeries(
+        dispatch_lag_max_ms=reduce_on_grid(grid, t, lag, "max") if lag is not None else None,
         offered=total("offered"),
         ok=total("ok"),
         errors=total("errors"),
@@ -342,6 +345,10 @@ class TritonSeries:
     compute_ms_per_request: np.ndarray  # amortized: batch compute / batch size
     batch_sizes: BatchSizeMatrix | None
     counter_resets: int
+    # Triton's own time per request (success_ns / success_count) and its compute
+    # (input + infer + output) per request; NaN where the counters are absent.
+    request_ms_per_request: np.ndarray | None = None
+    compute_total_ms: np.ndarray | None = None
 
 
 def _pick_model(frame: pd.DataFrame, preferred: str | None) -> tuple[pd.DataFrame, str | None]:
@@ -388,6 +395,14 @@ def align_triton(frame: pd.DataFrame, grid: WindowGrid, model: str | None) -> Tr
         batch_mean = np.where(execs > 0, infers / execs, np.nan)
         queue_ms = np.where(infers > 0, queue_ns / infers / 1e6, np.nan)
         batch_compute = np.where(infers > 0, compute_ns / infers / 1e6, np.nan)
+    success_ns, _ = _triton_rate(frame, grid, "success_ns")
+    success, _ = _triton_rate(frame, grid, "success_count")
+    input_ns, _ = _triton_rate(frame, grid, "compute_input_ns")
+    output_ns, _ = _triton_rate(frame, grid, "compute_output_ns")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        request_ms = np.where(success > 0, success_ns / success / 1e6, np.nan)
+        extra = np.nan_to_num(input_ns, nan=0.0) + np.nan_to_num(output_ns, nan=0.0)
+        compute_total = np.where(infers > 0, (compute_ns + extra) / infers / 1e6, np.nan)
     matrix, batch_max, weighted = _batch_matrix(frame, grid)
     if np.all(np.isnan(batch_mean)) and matrix is not None:
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -408,6 +423,8 @@ def align_triton(frame: pd.DataFrame, grid: WindowGrid, model: str | None) -> Tr
         compute_ms_per_request=per_req,
         batch_sizes=matrix,
         counter_resets=max(r1, r2, r3, r4),
+        request_ms_per_request=request_ms,
+        compute_total_ms=compute_total,
     )
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from loadkit.errors import EXIT_INTERRUPTED, UsageError
+from loadkit.errors import EXIT_INTERRUPTED, EXIT_SLO_FAILED, UsageError
 
 HELP = "run a load scenario (Locust, open model) and record latency + telemetry"
 
@@ -21,9 +21,14 @@ host/GPU/Triton telemetry.
 
 The scenario is a built-in one by name (`loadkit scenarios` lists them) or
 the path of your own locustfile. Ctrl-C (or SIGTERM) stops the run: it is
-marked 'aborted' and keeps everything recorded (exit status 130). Scenario
-parameters are set with --set name=value; pass the scenario before --help to
-list its parameters.
+marked 'aborted' and keeps everything recorded (exit status 130).
+--abort-on CONDITION stops the load within a second of the condition holding
+(checked on the merged 1 s intervals of every Locust process): the run is
+marked 'aborted' with the condition and the moment, and the exit status is 1.
+Latency conditions count requests still in flight at their age so far, so a
+target that stops answering breaks them too. Scenario parameters are set
+with --set name=value; pass the scenario before --help to list its
+parameters.
 
 examples:
   loadkit run burst_2x --target http://127.0.0.1:8000
@@ -31,6 +36,9 @@ examples:
       --set base_rate=50 --set multiplier=3 --duration 60
   loadkit run steps_to_knee --target 127.0.0.1:8001 --set protocol=grpc
   loadkit run soak --target http://127.0.0.1:8000 --workers 2
+  loadkit run soak --target http://127.0.0.1:8000 \\
+      --abort-on "p99>80ms for 10s" --abort-on "errors>5% for 5s"
+  loadkit run burst_2x --target http://127.0.0.1:8000 --abort-on slo
 """
 
 
@@ -97,6 +105,15 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="set a scenario parameter (repeatable)",
     )
+    guard = parser.add_argument_group("guard")
+    guard.add_argument(
+        "--abort-on",
+        action="append",
+        default=[],
+        metavar="CONDITION",
+        help="stop the load when CONDITION holds, e.g. 'p99>80ms for 10s', 'errors>5%% for 5s', "
+        "or 'slo' (the scenario's SLO, each threshold for 10 s); repeatable; exit status 1",
+    )
     tele = parser.add_argument_group("telemetry")
     tele.add_argument(
         "--gpu",
@@ -121,6 +138,13 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     )
     tele.add_argument("--no-telemetry", action="store_true", help="record load only")
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
+    parser.add_argument(
+        "--progress-every",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="when stderr is not a terminal (CI logs), print the progress line this often",
+    )
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:
@@ -143,9 +167,13 @@ def _stats_url(choice: str, target: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     from loadkit.load.catalog import resolve_scenario
+    from loadkit.load.guard import check_syntax
     from loadkit.load.orchestrator import TelemetryOptions, run_scenario
     from loadkit.load.summary import summarize_run
 
+    check_syntax(args.abort_on)  # a bad condition fails before anything starts
+    if args.progress_every <= 0:
+        raise UsageError(f"--progress-every must be > 0, got {args.progress_every:g}")
     scenario = resolve_scenario(args.scenario)
     params = parse_overrides(args.overrides)
     telemetry = TelemetryOptions(
@@ -165,11 +193,16 @@ def run(args: argparse.Namespace) -> int:
         params=params,
         run_id=args.run_id,
         show_progress=not args.no_progress,
+        progress_every_s=args.progress_every,
+        abort_on=args.abort_on,
         telemetry=telemetry,
         command_line=["loadkit", *sys.argv[1:]],
     )
     summary = summarize_run(run_dir)
     print(summary.text())
+    if summary.abort and summary.abort.get("by") == "condition":
+        print(f"Aborted by --abort-on: {summary.abort.get('message')}", file=sys.stderr)
+        return EXIT_SLO_FAILED
     if summary.status == "aborted":
         print(f"Interrupted; data recorded so far is kept in {run_dir}", file=sys.stderr)
         return EXIT_INTERRUPTED

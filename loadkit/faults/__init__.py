@@ -8,6 +8,8 @@ directory:
 - `stall.ProcessStall`: SIGSTOP/SIGCONT of a process (event `stall`)
 - `cpu_burn.CpuBurn`: busy-loop processes (event `cpu-burn`)
 - `cgroup_quota.CgroupQuota`: a real CFS quota on the target's cgroup (event `cgroup-quota`)
+- `model_slowdown.ModelSlowdown`: the embedded ranker takes `factor` times longer
+  (event `model-slowdown`; no GPU, CPU or cgroup signal)
 - `thermal.ThermalFault`: the simulated GPU's cooling fault (events `cooling-fault`,
   `thermal-throttle`, written by the simulator itself)
 
@@ -18,6 +20,7 @@ bench/diagnosis/).
 
 from loadkit.faults.cgroup_quota import CgroupQuota, locate_cpu_cgroup
 from loadkit.faults.cpu_burn import CpuBurn
+from loadkit.faults.model_slowdown import ModelSlowdown
 from loadkit.faults.schedule import FaultSchedule, FaultUnavailable, FaultWindow, ScheduledFault
 from loadkit.faults.stall import ProcessStall
 from loadkit.faults.thermal import ThermalFault
@@ -25,6 +28,7 @@ from loadkit.faults.thermal import ThermalFault
 __all__ = [
     "CgroupQuota",
     "CpuBurn",
+    "ModelSlowdown",
     "FaultSchedule",
     "FaultUnavailable",
     "FaultWindow",

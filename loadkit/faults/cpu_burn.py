@@ -83,10 +83,14 @@ class CpuBurn(ScheduledFault):
         *,
         processes: int | None = None,
         nice: int = 0,
+        own_session: bool | None = None,
         run_dir: str | Path | None = None,
         clock: Clock | None = None,
     ) -> None:
         super().__init__(schedule, run_dir=run_dir, clock=clock)
+        # Each burner in a session (an autogroup) of its own, like a co-located
+        # job in its own container or login: by default only with a nice value.
+        self.own_session = nice != 0 if own_session is None else own_session
         self.processes = processes if processes is not None else (os.cpu_count() or 1)
         if self.processes < 1:
             raise FaultUnavailable(f"cpu burn needs >= 1 process, got {self.processes}")
@@ -104,7 +108,12 @@ class CpuBurn(ScheduledFault):
         return [p.pid for p in self._burners if p.poll() is None]
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "processes": self.processes, "nice": self.nice}
+        return {
+            **super().describe(),
+            "processes": self.processes,
+            "nice": self.nice,
+            "own_session": self.own_session,
+        }
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         argv = [sys.executable, "-S", "-c", BURNER_CODE, str(os.getpid()), str(self.nice)]
@@ -117,7 +126,7 @@ class CpuBurn(ScheduledFault):
             # Where autogroups are on, the kernel shares CPU between sessions
             # first, so a nice value inside ours would not reach Triton and
             # Locust, which run in sessions of their own.
-            start_new_session=self.nice != 0,
+            start_new_session=self.own_session,
         )
 
     def _begin(self) -> dict[str, Any]:

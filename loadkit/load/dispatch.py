@@ -143,8 +143,16 @@ class OpenModelDispatcher:
             self._greenlet = gevent.spawn(self._run)
 
     def stop(self) -> None:
-        """No more arrivals; queued ones that no user took are counted as dropped."""
+        """No more arrivals; queued ones that no user took are counted as dropped.
+
+        Stopped before the shape ended (Ctrl-C, an `--abort-on` condition), it
+        writes a `load-stopped` phase: the moment the last arrival was scheduled.
+        """
+        stopped_early = self.started and not self.finished and not self._stopping
         self._stopping = True
+        if stopped_early and self.on_phase is not None and self.t0_mono is not None:
+            elapsed = time.monotonic() - self.t0_mono
+            self.on_phase(Phase(elapsed, "load-stopped", {}), time.time_ns())
         if self._greenlet is not None and not self._greenlet.dead:
             self._greenlet.join(timeout=1.0)
         self._drop_all()

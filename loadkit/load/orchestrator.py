@@ -9,7 +9,13 @@ run directory (`LOADKIT_RUN_DIR`).
 
 Ctrl-C (SIGINT) stops the Locust processes gracefully (we forward SIGINT:
 requests in flight finish, up to the request timeout), marks the run `aborted` and keeps
-everything recorded; a second Ctrl-C kills them at once.
+everything recorded; a second Ctrl-C kills them at once. An `--abort-on`
+condition that holds (`guard.py`) stops them the same way, and the manifest's
+`abort` says which condition held and when.
+
+While the run goes, the orchestrator tails the run directory (`live.py`) a few
+times a second: the guard checks each newly complete interval, and the
+snapshot of the last 10 s feeds the progress line and the Prometheus endpoint.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +38,15 @@ from loadkit.environment import run_environment
 from loadkit.errors import LoadkitError, TargetError, UsageError
 from loadkit.load.catalog import resolve_scenario
 from loadkit.load.describe import describe_scenario
-from loadkit.load.progress import LiveRunReader, Progress, ProgressPrinter
+from loadkit.load.guard import (
+    AbortCondition,
+    Breach,
+    RunGuard,
+    check_syntax,
+    expand_conditions,
+)
+from loadkit.load.live import LiveRunReader, LiveSnapshot
+from loadkit.load.progress import ProgressPrinter
 from loadkit.load.scenario import (
     ENV_DURATION,
     ENV_PARAMS,
@@ -46,7 +60,7 @@ from loadkit.load.scenario import (
 from loadkit.rundir import RunWriter
 
 LOGS_DIR = "logs"
-_POLL_S = 0.25
+_POLL_S = 0.1  # the guard sees a complete interval within this of its being written
 _START_GRACE_S = 30.0  # Locust import + worker connection + user spawn
 _KILL_GRACE_S = 3.0
 
@@ -307,6 +321,29 @@ class _StopSignals:
         self._saved.clear()
 
 
+def _stop_on_breach(
+    writer: RunWriter,
+    procs: LocustProcesses,
+    breach: Breach,
+    printer: ProgressPrinter | None,
+    timeout_s: float,
+) -> None:
+    """An `--abort-on` condition held: record it, then stop the load as Ctrl-C does."""
+    detected_ns = time.time_ns()
+    procs.signal_all(signal.SIGINT)  # first: the load stops now, the bookkeeping can wait
+    abort = breach.to_manifest(detected_ns)
+    abort["stop_sent_ns"] = time.time_ns()
+    writer.update(abort=abort)
+    writer.event("abort", "abort-on", **abort)
+    if printer is not None:
+        printer.finish()
+    print(
+        f"Aborting: {breach.message()}; stopping the load (requests in flight may finish).",
+        file=sys.stderr,
+    )
+    procs.stop(timeout_s + 2)
+
+
 def run_scenario(
     scenario_path: str | os.PathLike[str],
     target_url: str,
@@ -317,8 +354,10 @@ def run_scenario(
     out_dir: str | os.PathLike[str] = "reports",
     params: Mapping[str, Any] | None = None,
     run_id: str | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
+    on_progress: Callable[[LiveSnapshot], None] | None = None,
     show_progress: bool = False,
+    progress_every_s: float = 5.0,
+    abort_on: Sequence[str | AbortCondition] = (),
     extra_manifest: Mapping[str, Any] | None = None,
     before_start: Callable[[RunWriter], None] | None = None,
     telemetry: TelemetryOptions | None = None,
@@ -327,14 +366,18 @@ def run_scenario(
     """Run one scenario against `target_url`; return the run directory.
 
     The manifest ends `complete`, or `aborted` when interrupted (Ctrl-C /
-    KeyboardInterrupt: this function then returns normally, data kept) or when
+    KeyboardInterrupt), when an `abort_on` condition held (the manifest's
+    `abort` names it; this function then returns normally, data kept) or when
     Locust failed (then a LoadkitError is raised after finalizing).
     """
     scenario_path = resolve_scenario(scenario_path)
     if workers < 0:
         raise UsageError(f"--workers must be >= 0, got {workers}")
     overrides = {k: v for k, v in (params or {}).items()}
+    check_syntax(a for a in abort_on if isinstance(a, str))
     info = describe_scenario(scenario_path, overrides, duration_s)
+    conditions = [a for a in abort_on if isinstance(a, AbortCondition)]
+    conditions += expand_conditions([a for a in abort_on if isinstance(a, str)], info.get("slo"))
     check_reachable(target_url)
     resolved_params: dict[str, Any] = info["params"]
     writer = RunWriter.create(
@@ -352,6 +395,7 @@ def run_scenario(
         environment=run_environment(),
         command_line=command_line,
     )
+    writer.update(abort_on=[c.text for c in conditions], abort=None)
     if extra_manifest:
         _merge_manifest(writer, extra_manifest)
     run_dir = writer.path
@@ -359,19 +403,21 @@ def run_scenario(
     procs: LocustProcesses | None = None
     status = "complete"
     failure: str | None = None
-    printer = ProgressPrinter() if show_progress else None
-    reader = LiveRunReader(run_dir)
+    printer = ProgressPrinter(plain_every_s=progress_every_s) if show_progress else None
+    guard = RunGuard(conditions)
+    reader = LiveRunReader(run_dir, keep_s=guard.longest_s + 15)
+    breach: Breach | None = None
     total_s = float(info["duration_s"])
     started = time.monotonic()
 
-    def report_progress() -> None:
+    def report_progress(final: bool = False) -> None:
         if on_progress is None and printer is None:
             return
-        progress = reader.progress(time.monotonic() - started, total_s)
+        snapshot = reader.snapshot(time.monotonic() - started, total_s)
         if on_progress is not None:
-            on_progress(progress)
+            on_progress(snapshot)
         if printer is not None:
-            printer.show(progress)
+            printer.show(snapshot, force=final)
 
     stop_signals = _StopSignals().__enter__()
     try:
@@ -393,6 +439,11 @@ def run_scenario(
         last_report = 0.0
         while procs.main.poll() is None:
             now = time.monotonic()
+            if guard.conditions:
+                reader.poll()
+                breach = guard.check(reader)
+                if breach is not None:
+                    break
             if now - last_report >= 1.0:
                 report_progress()
                 last_report = now
@@ -400,11 +451,15 @@ def run_scenario(
                 failure = f"Locust did not finish within {deadline - started:.0f} s; stopped it"
                 break
             time.sleep(_POLL_S)
-        if failure is None:
-            failure = procs.failure(run_dir)
-        # The master exits first; its workers follow after their graceful stop.
-        if not procs.wait_all(float(resolved_params["timeout_s"]) + 5):
-            procs.stop(_KILL_GRACE_S)
+        if breach is not None:
+            status = "aborted"
+            _stop_on_breach(writer, procs, breach, printer, float(resolved_params["timeout_s"]))
+        else:
+            if failure is None:
+                failure = procs.failure(run_dir)
+            # The master exits first; its workers follow after their graceful stop.
+            if not procs.wait_all(float(resolved_params["timeout_s"]) + 5):
+                procs.stop(_KILL_GRACE_S)
     except KeyboardInterrupt:
         status = "aborted"
         if printer is not None:
@@ -416,6 +471,8 @@ def run_scenario(
         if procs is not None:
             procs.stop(float(resolved_params["timeout_s"]) + 2)
         writer.event("note", "interrupted", message="run stopped by SIGINT (Ctrl-C)")
+        if writer.manifest.get("abort") is None:
+            writer.update(abort={"by": "interrupt", "t_ns": time.time_ns()})
     finally:
         if procs is not None and procs.running():
             procs.stop(_KILL_GRACE_S)
@@ -429,7 +486,7 @@ def run_scenario(
                 writer.add_note(failure)
                 writer.event("error", "locust", source="locust", message=failure)
             if printer is not None:
-                report_progress()
+                report_progress(final=True)
                 printer.finish()
             writer.finalize(status)
             stop_signals.__exit__()

@@ -9,7 +9,11 @@ sample. `tick()` writes every interval that has ended; `close()` writes the
 rest, so a stopped run loses nothing it recorded.
 
 Only successful requests enter the latency histograms; failures are counted
-by kind in `load/<process>.jsonl`. No gevent or Locust here: the clock is
+by kind in `load/<process>.jsonl`. A third histogram per interval, `pending`,
+holds the age (from the intended send) of every request still in flight when
+the interval ends: a lower bound of its latency, so a stalled target that
+completes nothing still shows how late its requests are (the run guard uses
+it; see docs/run-format.md). No gevent or Locust here: the clock is
 injected, so tests drive it by hand.
 """
 
@@ -32,6 +36,9 @@ from loadkit.rundir.layout import LATENCY_DIR, LOAD_DIR, REQUESTS_DIR
 INTERVAL_NS = 1_000_000_000
 DEFAULT_SAMPLE_SIZE = 200  # uniform reservoir per interval per request name
 DEFAULT_SLOWEST_KEPT = 5  # plus the slowest requests of each interval, for drill-down
+# Completion gaps (no request completed while some were in flight) this long or
+# longer are written exactly: a stall of a few hundred ms hides in a 1 s count.
+GAP_RECORDED_NS = 50_000_000
 
 
 @dataclass
@@ -72,6 +79,7 @@ class _NameInterval:
     seen: int = 0
     reservoir: list[_Sample] = field(default_factory=list)
     slowest: list[tuple[int, int, _Sample]] = field(default_factory=list)  # min-heap
+    gaps: list[list[int]] = field(default_factory=list)  # [start_ns, end_ns] ending here
 
 
 class LatencyRecorder:
@@ -103,6 +111,10 @@ class LatencyRecorder:
         self._first_open: int | None = None  # lowest interval index not yet written
         self._seq = 0
         self.in_flight = 0
+        # Since when requests have been in flight with none completing (None: idle).
+        self._waiting_since_ns: int | None = None
+        # name -> intended_ns -> requests in flight with that intended send time
+        self._in_flight_intended: dict[str, Counter[int]] = {}
         self.closed = False
         self.totals: Counter[str] = Counter()
 
@@ -142,13 +154,23 @@ class LatencyRecorder:
         slot.dropped += 1
         self.totals["dropped"] += 1
 
-    def started(self, name: str, sent_ns: int, closed_model: bool = False) -> None:
+    def started(
+        self,
+        name: str,
+        sent_ns: int,
+        closed_model: bool = False,
+        intended_ns: int | None = None,
+    ) -> None:
         _, slot = self._slot(name, sent_ns)
         slot.started += 1
         if closed_model:  # the closed model offers what it starts
             slot.offered += 1
             self.totals["offered"] += 1
+        if self.in_flight == 0:
+            self._waiting_since_ns = sent_ns
         self.in_flight += 1
+        pending = self._in_flight_intended.setdefault(name, Counter())
+        pending[sent_ns if intended_ns is None else intended_ns] += 1
         self.totals["started"] += 1
 
     def completed(
@@ -164,7 +186,18 @@ class LatencyRecorder:
     ) -> None:
         """A request finished (successfully or not); call once per `started`."""
         self.in_flight = max(0, self.in_flight - 1)
+        pending = self._in_flight_intended.get(name)
+        if pending is not None:
+            key = intended_ns if pending[intended_ns] > 0 else sent_ns
+            if pending[key] > 1:
+                pending[key] -= 1
+            else:
+                pending.pop(key, None)
         index, slot = self._slot(name, done_ns)
+        since = self._waiting_since_ns
+        if since is not None and done_ns - since >= GAP_RECORDED_NS:
+            slot.gaps.append([since, done_ns])
+        self._waiting_since_ns = done_ns if self.in_flight > 0 else None
         if ok:
             slot.ok += 1
             self.totals["ok"] += 1
@@ -228,10 +261,10 @@ class LatencyRecorder:
             self._hlog.close()
 
     def flush(self) -> None:
-        self._load.flush()
-        self._requests.flush()
-        if self._hlog is not None:
+        if self._hlog is not None:  # histograms before the load rows that announce them
             self._hlog.flush()
+        self._requests.flush()
+        self._load.flush()
 
     def _hlog_writer(self, base_ns: int) -> IntervalLogWriter:
         if self._hlog is None:
@@ -240,9 +273,37 @@ class LatencyRecorder:
             )
         return self._hlog
 
+    def _pending_histogram(self, name: str, end_ns: int) -> HdrHistogram | None:
+        """Ages at `end_ns` of the requests still in flight then (a lower bound of their latency)."""
+        pending = self._in_flight_intended.get(name)
+        if not pending:
+            return None
+        hist: HdrHistogram | None = None
+        for intended_ns, count in pending.items():
+            if intended_ns >= end_ns:
+                continue  # sent after the interval ended
+            if hist is None:
+                hist = new_histogram()
+            hist.record_value(max(1, (end_ns - intended_ns) // 1000), count)
+        return hist
+
     def _write_interval(self, index: int, length_ns: int) -> None:
         by_name = self._intervals.pop(index, {})
         start_ns = index * INTERVAL_NS
+        end_ns = start_ns + length_ns
+        # Histograms first, flushed before the interval's load rows are written: a live
+        # reader that sees an interval's load rows (docs/run-format.md) has its histograms.
+        for name in self._names:
+            for kind in ("corrected", "service"):
+                hist = self._hists.pop((index, kind, name), None)
+                if hist is not None and hist.get_total_count() > 0:
+                    writer = self._hlog_writer(start_ns)
+                    writer.write(f"{kind}:{name}", start_ns, end_ns, hist)
+            pending = self._pending_histogram(name, end_ns)
+            if pending is not None:
+                self._hlog_writer(start_ns).write(f"pending:{name}", start_ns, end_ns, pending)
+        if self._hlog is not None:
+            self._hlog.flush()
         for name in self._names:
             slot = by_name.get(name) or _NameInterval()
             self._load.write(
@@ -260,13 +321,9 @@ class LatencyRecorder:
                     "out_of_range": slot.out_of_range,
                     "error_kinds": dict(slot.error_kinds),
                     "dispatch_lag_max_ms": round(slot.dispatch_lag_max_ns / 1e6, 3),
+                    "completion_gaps": slot.gaps,
                 }
             )
-            for kind in ("corrected", "service"):
-                hist = self._hists.pop((index, kind, name), None)
-                if hist is not None and hist.get_total_count() > 0:
-                    writer = self._hlog_writer(start_ns)
-                    writer.write(f"{kind}:{name}", start_ns, start_ns + length_ns, hist)
             kept = {id(s) for s in slot.reservoir}
             for sample in slot.reservoir:
                 self._requests.write(sample.row("reservoir"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from loadkit.rundir import load_run, new_histogram
 
@@ -24,6 +25,7 @@ class RunSummary:
     corrected_ms: dict[str, float] = field(default_factory=dict)  # p50, p99, p99.9, max
     service_ms: dict[str, float] = field(default_factory=dict)
     error_kinds: dict[str, int] = field(default_factory=dict)
+    abort: dict[str, Any] | None = None  # the manifest's `abort` (an --abort-on condition, Ctrl-C)
 
     @property
     def achieved_per_s(self) -> float:
@@ -44,6 +46,11 @@ class RunSummary:
                 f"  rate      {self.achieved_per_s:.1f}/s achieved over {self.seconds} s",
                 f"  corrected {fmt(self.corrected_ms)}",
                 f"  service   {fmt(self.service_ms)}",
+                *(
+                    [f"  aborted   {self.abort['message']}"]
+                    if self.abort and self.abort.get("message")
+                    else []
+                ),
                 f"next: loadkit analyze {self.run_dir}",
             ]
         )
@@ -84,5 +91,6 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
         corrected_ms=percentiles("corrected"),
         service_ms=percentiles("service"),
         error_kinds=kinds,
+        abort=run.manifest.get("abort"),
         **totals,
     )

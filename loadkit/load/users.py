@@ -104,7 +104,9 @@ class InferenceUser(User):
         if intended_mono is None or intended_ns is None:
             intended_mono, intended_ns = sent_mono, time.time_ns()
         sent_ns = intended_ns + round((sent_mono - intended_mono) * 1e9)
-        recorder.started(self._name, sent_ns, closed_model=not self._runtime.is_open)
+        recorder.started(
+            self._name, sent_ns, closed_model=not self._runtime.is_open, intended_ns=intended_ns
+        )
         error: BaseException | None = None
         connection_new = self._churn
         try:

@@ -41,6 +41,7 @@ def build_context(run: Run, analysis: Analysis) -> dict[str, Any]:
         "title": _title(analysis, manifest),
         "simulated": analysis.run.simulated or analysis.run.gpu_kind == "simulated",
         "status": analysis.run.status,
+        "abort": _abort(analysis),
         "verdict": _verdict(analysis),
         "numbers": _numbers(analysis),
         "error_kinds": [
@@ -73,6 +74,19 @@ def build_context(run: Run, analysis: Analysis) -> dict[str, Any]:
 
 
 # --- top of the report -------------------------------------------------------
+
+
+def _abort(analysis: Analysis) -> dict[str, Any] | None:
+    """Why the run stopped early, when it did (an --abort-on condition or Ctrl-C)."""
+    abort = analysis.run.abort
+    if abort is None:
+        return None
+    at = f" at {fmt.seconds(abort.t_s)}" if abort.t_s is not None else ""
+    if abort.by == "condition":
+        text = f"Load stopped{at} by --abort-on {abort.condition}: {abort.message}"
+    else:
+        text = f"Run interrupted{at} (Ctrl-C or SIGTERM); what was recorded is kept."
+    return {"by": abort.by, "condition": abort.condition, "t_s": abort.t_s, "text": text}
 
 
 def _title(analysis: Analysis, manifest: Mapping[str, Any]) -> str:

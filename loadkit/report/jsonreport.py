@@ -42,6 +42,7 @@ def build_document(run: Run, analysis: Analysis, html_path: str | None = None) -
         "run": {
             "run_id": a.run.run_id,
             "status": a.run.status,
+            "abort": to_jsonable(a.run.abort),
             "kind": a.run.kind,
             "scenario": a.run.scenario,
             "scenario_params": (manifest.get("scenario") or {}).get("params") or {},

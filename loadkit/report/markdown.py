@@ -55,6 +55,10 @@ def render_context(ctx: dict[str, Any], html_url: str | None = None) -> str:
     simulated = " (simulated GPU)" if ctx["simulated"] else ""
     lines.append(f"Run {md_escape(ctx['run_id'])}{simulated}")
     lines.append("")
+    if ctx.get("abort"):
+        word = "ABORTED" if ctx["abort"]["by"] == "condition" else "INTERRUPTED"
+        lines.append(f"**{word}** {md_escape(ctx['abort']['text'])}")
+        lines.append("")
     met = "The run met its SLO." if v["passed"] else "The run did not meet its SLO."
     lines.append(f"**{met}** {md_escape(v['sentence'])}")
     lines.append("")

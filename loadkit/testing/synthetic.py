@@ -91,6 +91,8 @@ class RunSpec:
     cgroup_quotas: tuple[FaultWindow, ...] = ()  # strength: server slowdown factor - 1
     churns: tuple[FaultWindow, ...] = ()  # strength: probability a request opens a connection
     stalls: tuple[FaultWindow, ...] = ()  # server process stopped (SIGSTOP)
+    # the model itself slows (GC, data-dependent work): compute x strength, no telemetry signal
+    model_slowdowns: tuple[FaultWindow, ...] = ()
     error_rate: float = 0.0
     sources: tuple[str, ...] = ("gpu", "host", "triton_stats")
     processes: int = 1  # Locust processes (each writes its own latency/load/requests files)
@@ -106,6 +108,7 @@ class RunSpec:
     rss_drift_bytes_per_s: float = 0.0
     request_samples_per_s: int = 40
     status: str = "complete"
+    record_gaps: bool = True  # load rows carry `completion_gaps`, as the recorder writes them
 
 
 def periodic_clock_drops(
@@ -256,6 +259,9 @@ def simulate(spec: RunSpec) -> Simulated:
         drop = _in_any(t_start, spec.clock_drops)
         if drop:
             compute *= drop.factor
+        slow = _in_any(t_start, spec.model_slowdowns)
+        if slow:
+            compute *= slow.strength
         quota = _in_any(t_start, spec.cgroup_quotas)
         if quota:
             compute *= 1.0 + quota.strength * float(rng.uniform(0.5, 1.5))
@@ -310,6 +316,27 @@ def _model_config(spec: RunSpec) -> dict[str, Any]:
     }
 
 
+def completion_gaps(
+    sent: np.ndarray, done: np.ndarray, min_s: float = 0.05
+) -> list[tuple[float, float]]:
+    """Spans (s) with requests in flight and none completing, as `LatencyRecorder` finds them."""
+    events = sorted([(float(t), 1) for t in sent] + [(float(t), -1) for t in done])
+    out: list[tuple[float, float]] = []
+    in_flight = 0
+    since: float | None = None
+    for t, step in events:
+        if step > 0:
+            if in_flight == 0:
+                since = t
+            in_flight += 1
+            continue
+        in_flight = max(0, in_flight - 1)
+        if since is not None and t - since >= min_s:
+            out.append((since, t))
+        since = t if in_flight > 0 else None
+    return out
+
+
 def _write_latency_and_load(
     run_dir: Path, spec: RunSpec, sim: Simulated, start_ns: int, rng: np.random.Generator
 ) -> None:
@@ -323,6 +350,11 @@ def _write_latency_and_load(
         samples = JsonlWriter(run_dir / REQUESTS_DIR / f"{name}.jsonl")
         done_sec = np.floor(sim.done).astype(int)
         int_sec = np.floor(sim.intended).astype(int)
+        gaps_by_sec: dict[int, list[list[int]]] = {}
+        for a, b in completion_gaps(sim.sent[mine], sim.done[mine]):
+            gaps_by_sec.setdefault(int(math.floor(b)), []).append(
+                [_ns(start_ns, a), _ns(start_ns, b)]
+            )
         for s in range(last_second):
             lo, hi = _ns(start_ns, s), _ns(start_ns, s + 1)
             completing = np.nonzero(mine & (done_sec == s))[0]
@@ -359,6 +391,7 @@ def _write_latency_and_load(
                         "in_flight": in_flight,
                         "out_of_range": out_of_range,
                         "error_kinds": {"http_503": errors} if errors else {},
+                        **({"completion_gaps": gaps_by_sec.get(s, [])} if spec.record_gaps else {}),
                     }
                 )
             picked = completing
@@ -515,7 +548,15 @@ def _write_host(
 def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_ns: int) -> None:
     out = writer.series("triton_stats")
     cum = dict.fromkeys(
-        ("success_count", "execution_count", "inference_count", "queue_ns", "compute_infer_ns"), 0
+        (
+            "success_count",
+            "success_ns",
+            "execution_count",
+            "inference_count",
+            "queue_ns",
+            "compute_infer_ns",
+        ),
+        0,
     )
     n = int(spec.duration_s / spec.stats_interval_s)
     reset_done = False
@@ -536,6 +577,8 @@ def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_
             "queue_ns": int(sim.queue_s[done_here].sum() * NS),
             "compute_infer_ns": int((sim.batch_compute_s[in_b] * sizes).sum() * NS),
         }
+        # Triton's request time: queue + compute (input/output are 0 here)
+        delta["success_ns"] = delta["queue_ns"] + delta["compute_infer_ns"]
         for key, value in delta.items():
             cum[key] += value
         if _in_gap(t0, spec):
@@ -604,6 +647,7 @@ def write_run(
     faults += [("cgroup-quota", w) for w in spec.cgroup_quotas]
     faults += [("churn", w) for w in spec.churns]
     faults += [("stall", w) for w in spec.stalls]
+    faults += [("model-slowdown", w) for w in spec.model_slowdowns]
     for name, w in faults:
         append_event(path, "fault", name, t_ns=_ns(start_ns, w.start_s), action="start")
         append_event(path, "fault", name, t_ns=_ns(start_ns, w.end_s), action="end")

@@ -101,6 +101,7 @@ class MeasuredCpuBurn(CpuBurn):
         self.burners: dict[int, tuple[float, float]] = {}  # pid -> (on CPU, runnable) in s
 
     def _prepare(self) -> None:
+        super()._prepare()
         self._cpu0 = psutil.cpu_times()
 
     def _begin(self) -> dict[str, Any]:

@@ -195,3 +195,71 @@ def test_unreachable_target_fails_before_recording(tmp_path) -> None:
         check_reachable(f"http://127.0.0.1:{port}", timeout_s=1.0)
     with pytest.raises(TargetError):
         check_reachable(f"127.0.0.1:{port}", timeout_s=1.0)  # gRPC form
+
+
+def test_completion_gaps_are_written_exactly_wherever_they_fall(tmp_path: Path) -> None:
+    # GIVEN two requests in flight from 0.9 s; nothing completes until 1.6 s (a stall
+    # straddling the second boundary), then both complete; later a short 30 ms pause
+    clock = FakeClock(T0)
+    rec = LatencyRecorder(tmp_path, "local", clock_ns=clock)
+    ms = 1_000_000
+    _request(rec, T0 + 100 * ms, T0 + 100 * ms, T0 + 110 * ms)
+    rec.started("infer", T0 + 900 * ms)
+    rec.started("infer", T0 + 950 * ms)
+    for sent in (900, 950):
+        rec.completed(
+            "infer",
+            intended_ns=T0 + sent * ms,
+            sent_ns=T0 + sent * ms,
+            done_ns=T0 + 1600 * ms,
+            ok=True,
+        )
+    rec.started("infer", T0 + 1700 * ms)
+    rec.completed(
+        "infer", intended_ns=T0 + 1700 * ms, sent_ns=T0 + 1700 * ms, done_ns=T0 + 1730 * ms, ok=True
+    )
+    rec.close(T0 + 2 * S)
+    rows = _rows(tmp_path / "load" / "local.jsonl")
+    # THEN the 0.7 s gap is in the row of the second it ended in, from the send that
+    # put the process in flight; the gap idle time (no request in flight) and the
+    # 30 ms pause are not gaps
+    assert rows[0]["completion_gaps"] == []
+    assert rows[1]["completion_gaps"] == [[T0 + 900 * ms, T0 + 1600 * ms]]
+    # ... and the run reader gives them to the analysis
+    import pandas as pd
+
+    from loadkit.analysis.gaps import gaps_from_load
+
+    gaps = gaps_from_load(pd.DataFrame(rows))
+    assert gaps is not None and gaps.spans_ns.tolist() == [[T0 + 900 * ms, T0 + 1600 * ms]]
+
+
+def test_requests_in_flight_at_an_interval_end_are_written_as_pending_ages(tmp_path: Path) -> None:
+    # GIVEN two requests intended at 0.2 s and 0.7 s that have not completed by the end of second 0
+    rec = LatencyRecorder(tmp_path, "local", clock_ns=FakeClock(T0))
+    rec.started("infer", T0 + 300_000_000, intended_ns=T0 + 200_000_000)
+    rec.started("infer", T0 + 700_000_000, intended_ns=T0 + 700_000_000)
+    # and one that completes within the second (not pending)
+    _request(rec, T0 + 100_000_000, T0 + 100_000_000, T0 + 150_000_000)
+    rec.tick(T0 + S + 1)
+    # and the first completes in second 1 (the second is still in flight at its end)
+    rec.completed(
+        "infer", intended_ns=T0 + 200_000_000, sent_ns=T0 + 300_000_000, done_ns=T0 + S + 5, ok=True
+    )
+    rec.tick(T0 + 2 * S + 1)
+    pending = [
+        h for h in read_interval_log(tmp_path / "latency" / "local.hlog") if h.kind == "pending"
+    ]
+    # THEN each interval's pending histogram holds the ages at its end (lower bounds of latency)
+    assert [h.start_ns for h in pending] == [T0, T0 + S]
+    first, second = (h.histogram for h in pending)
+    assert first.get_total_count() == 2
+    assert first.get_max_value() == pytest.approx(800_000, rel=1e-3)
+    assert first.get_min_value() == pytest.approx(300_000, rel=1e-3)
+    assert second.get_total_count() == 1
+    assert second.get_max_value() == pytest.approx(1_300_000, rel=1e-3)
+    # and the completed-request histograms are unchanged
+    corrected = [
+        h for h in read_interval_log(tmp_path / "latency" / "local.hlog") if h.kind == "corrected"
+    ]
+    assert [h.histogram.get_total_count() for h in corrected] == [1, 1]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from loadkit.analysis.attribution import cliffs_delta, confidence
-from loadkit.analysis.model import CAUSES
+from loadkit.analysis.causes import CAUSE_IDS as CAUSES
 from loadkit.testing.synthetic import (
     Burst,
     FaultWindow,

@@ -126,7 +126,7 @@ def _stall_signals():
 
 
 def test_stall_queue_is_checked_before_the_stop_began_not_in_its_first_window():
-    from loadkit.analysis.attribution import process_stall_signature
+    from loadkit.analysis.causes.process_stall import signature as process_stall_signature
 
     sig = _stall_signals()
     baseline = np.array([True] * 4 + [False] * 4 + [True] * 4)
@@ -136,7 +136,7 @@ def test_stall_queue_is_checked_before_the_stop_began_not_in_its_first_window():
 
 
 def test_full_batches_draining_a_backlog_at_the_usual_arrival_rate_are_not_a_burst():
-    from loadkit.analysis.attribution import arrival_burst_signature
+    from loadkit.analysis.causes.arrival_burst import signature as arrival_burst_signature
 
     sig = _stall_signals()
     baseline = np.array([True] * 4 + [False] * 4 + [True] * 4)
@@ -149,10 +149,10 @@ def test_full_batches_draining_a_backlog_at_the_usual_arrival_rate_are_not_a_bur
 
 
 def test_a_binding_cgroup_quota_on_a_busy_host_is_the_quota_not_the_host():
-    from loadkit.analysis.attribution import (
-        cgroup_throttling_signature,
-        cpu_saturation_signature,
+    from loadkit.analysis.causes.cgroup_throttling import (
+        signature as cgroup_throttling_signature,
     )
+    from loadkit.analysis.causes.cpu_saturation import signature as cpu_saturation_signature
 
     sig = _stall_signals()
     n = sig.n

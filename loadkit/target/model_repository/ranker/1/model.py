@@ -10,7 +10,10 @@ also *sleeps* for a simulated accelerator time (`gpu_time_us_per_batch` +
 `gpu_time_us_per_item` x batch size): like a real GPU kernel, it takes wall
 time without taking the CPU. If `sim_gpu_state` names a JSON file with
 `{"clock_factor": f}` (written by loadkit's simulated GPU), that time is divided
-by f, so simulated throttling really slows the model down.
+by f, so simulated throttling really slows the model down. If `slowdown_state`
+names a JSON file with `{"factor": f}` (written by loadkit's model-slowdown
+fault), that time is multiplied by f: the model itself slows, with no GPU,
+CPU or cgroup signal.
 
 Inputs (per request; the leading batch dimension is Triton's):
   ITEM_IDS       INT64 [B, N]  candidate item ids (any int64; hashed)
@@ -47,14 +50,17 @@ STATE_REREAD_S = 0.1
 
 
 class ClockFactor:
-    """Reads the simulated GPU's clock factor, at most every 100 ms, by mtime.
+    """Reads a factor from a JSON state file, at most every 100 ms, by mtime.
 
-    A missing, partial or nonsense file means "no slowdown" (factor 1.0): the
-    simulated GPU may rewrite the file at any moment.
+    The simulated GPU's `{"clock_factor": f}` (0 < f <= 1), or a model-slowdown
+    fault's `{"factor": f}` (f >= 1). A missing, partial or nonsense file means
+    "no slowdown" (1.0): the writer may rewrite the file at any moment.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, key="clock_factor", low=0.0, high=1.0):
         self.path = path or None
+        self.key = key
+        self.low, self.high = low, high
         self.factor = 1.0
         self._checked = 0.0
         self._mtime = None
@@ -75,11 +81,11 @@ class ClockFactor:
             return self.factor
         try:
             with open(self.path, encoding="utf-8") as fh:
-                value = float(json.load(fh)["clock_factor"])
+                value = float(json.load(fh)[self.key])
         except (OSError, ValueError, KeyError, TypeError):
             return self.factor  # torn write: keep the last good value, retry soon
         self._mtime = mtime
-        self.factor = value if 0.0 < value <= 1.0 else 1.0
+        self.factor = value if self.low < value <= self.high else 1.0
         return self.factor
 
 
@@ -94,6 +100,8 @@ class TritonPythonModel:
         self.gpu_us_per_batch = float(_param(config, "gpu_time_us_per_batch", "2000"))
         self.gpu_us_per_item = float(_param(config, "gpu_time_us_per_item", "250"))
         self.clock = ClockFactor(_param(config, "sim_gpu_state", ""))
+        # The model itself slowing (GC, data-dependent work): no GPU or host signal.
+        self.slowdown = ClockFactor(_param(config, "slowdown_state", ""), "factor", 0.999, 100.0)
         rng = np.random.default_rng(SEED)
         # Scales chosen so scores spread over (0, 1) instead of all sitting near 0.5.
         self.table = rng.standard_normal((TABLE_ROWS, EMBED_DIM), dtype=np.float32) * 0.5
@@ -135,5 +143,5 @@ class TritonPythonModel:
         # The simulated kernel comes on top of the real numpy work above.
         simulated_us = self.gpu_us_per_batch + self.gpu_us_per_item * batch_size
         if simulated_us > 0:
-            time.sleep(simulated_us / 1e6 / self.clock.get())
+            time.sleep(simulated_us / 1e6 / self.clock.get() * self.slowdown.get())
         return responses

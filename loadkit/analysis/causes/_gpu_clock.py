@@ -1,0 +1,106 @@
+"""The GPU clock-drop signature shared by the thermal, power-cap and other-clock causes.
+
+Busy SM clock under 80 % of max, split by the clocks-event reason bits (or,
+without bits, by temperature and power readings) into the three causes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadkit.analysis.causes.base import (
+    Signals,
+    Signature,
+    compute_inflation,
+    ev,
+    flag,
+    fmt,
+    maximum,
+    mean,
+    median,
+    na,
+)
+from loadkit.analysis.model import (
+    CAUSE_GPU_CLOCK_OTHER,
+    CAUSE_GPU_POWER,
+    CAUSE_GPU_THERMAL,
+    Evidence,
+)
+
+CLOCK_DROP_RATIO = 0.80  # busy SM clock under 80 % of max
+REASON_SHARE = 0.5  # share of busy samples with the reason bit
+POWER_AT_LIMIT = 0.97
+HOT_C = 85.0  # without reason bits, a clock drop this hot counts as thermal
+SIGNAL = ("telemetry.gpu_sm_clock_mhz", "SM clock (MHz)")
+
+
+def clock_signature(cause: str, sig: Signals, baseline: np.ndarray) -> Signature:
+    """The signature of one of the three clock causes."""
+    gpu = sig.gpu
+    if gpu is None:
+        return na(cause, "not assessable: no gpu data")
+    ratio = gpu.clock_ratio_busy
+    if np.all(np.isnan(ratio)):
+        return na(cause, "not assessable: gpu data has no sm_clock_mhz/sm_clock_max_mhz")
+    drop = np.nan_to_num(ratio, nan=1.0) < CLOCK_DROP_RATIO
+    thermal = np.nan_to_num(gpu.thermal_reason, nan=0.0) >= REASON_SHARE
+    power = np.nan_to_num(gpu.power_reason, nan=0.0) >= REASON_SHARE
+    if not gpu.has_reasons:  # no reason bits: fall back to readings
+        thermal = np.nan_to_num(gpu.temp_c, nan=0.0) >= HOT_C
+        with np.errstate(invalid="ignore", divide="ignore"):
+            power = np.nan_to_num(gpu.power_w / gpu.power_limit_w, nan=0.0) >= POWER_AT_LIMIT
+    kinds = {
+        CAUSE_GPU_THERMAL: drop & thermal,
+        CAUSE_GPU_POWER: drop & power & ~thermal,
+        CAUSE_GPU_CLOCK_OTHER: drop & ~thermal & ~power,
+    }
+    inflation = compute_inflation(sig, baseline)
+    metric = 1.0 - ratio
+
+    def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
+        clock_ep = mean(gpu.sm_clock_mhz, ep & drop)
+        clock_max = maximum(gpu.sm_clock_max_mhz, ep | base)
+        r = mean(ratio, ep & drop)
+        out = [
+            Evidence("sm_clock_in_episodes", clock_ep, "MHz", "mean while busy"),
+            Evidence("sm_clock_baseline", mean(gpu.sm_clock_mhz, base), "MHz"),
+            Evidence("sm_clock_max", clock_max, "MHz"),
+            Evidence("clock_ratio_in_episodes", r, "x max"),
+            Evidence(
+                "compute_inflation_predicted", 1.0 / r if r else None, "x", "max / current clock"
+            ),
+        ]
+        if inflation is not None:
+            out.append(
+                Evidence(
+                    "compute_inflation_observed",
+                    median(inflation, ep & drop),
+                    "x",
+                    "Triton compute per batch vs baseline at the same batch size",
+                )
+            )
+        out += [
+            Evidence("temp_max_in_episodes", maximum(gpu.temp_c, ep), "°C"),
+            Evidence("temp_baseline", median(gpu.temp_c, base), "°C"),
+            Evidence("thermal_reason_share", mean(gpu.thermal_reason, ep & drop), "of samples"),
+            Evidence("power_in_episodes", mean(gpu.power_w, ep & drop), "W"),
+            Evidence("power_limit", maximum(gpu.power_limit_w, ep | base), "W"),
+            Evidence("power_cap_reason_share", mean(gpu.power_reason, ep & drop), "of samples"),
+        ]
+        return out
+
+    return Signature(cause, flag(kinds[cause], ratio), metric, evidence)
+
+
+def clock_summary(what: str):  # type: ignore[no-untyped-def]
+    """The summary sentence of a clock cause ("thermal throttling", "a clock drop", ...)."""
+
+    def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
+        return (
+            f"SM clock fell to {fmt(ev(e, 'sm_clock_in_episodes'))} of {fmt(ev(e, 'sm_clock_max'))} MHz "
+            f"({what}, max temp {fmt(ev(e, 'temp_max_in_episodes'))} °C) in {eps}; "
+            f"compute per batch x{fmt(ev(e, 'compute_inflation_observed'), '', 2)} "
+            f"(clock predicts x{fmt(ev(e, 'compute_inflation_predicted'), '', 2)})."
+        )
+
+    return summary

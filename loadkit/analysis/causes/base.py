@@ -1,0 +1,232 @@
+"""What every cause module shares: the signals it reads, its signature, its registry entry.
+
+A cause module (`loadkit/analysis/causes/<cause>.py`) holds one `Cause`: its id,
+title, action, the series the report aligns on its episodes (`signal`), the
+function that says per window whether its signature holds (`signature`) and
+the one-sentence summary of its evidence (`summary`). Attribution
+(`loadkit/analysis/attribution.py`) scores every registered cause the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats
+
+from loadkit.analysis.gaps import CompletionGaps
+from loadkit.analysis.model import Evidence
+from loadkit.analysis.telemetry import (
+    GpuSeries,
+    HostSeries,
+    RequestSampleSeries,
+    TritonSeries,
+)
+
+# Kinds of cause: an episode cause explains spike episodes; a standing condition is
+# there all run long and never counts as a spike cause; "either" can be both.
+EPISODIC = "episodic"
+STANDING = "standing"
+EITHER = "either"
+# A fallback: scored only on the episodes no other found cause explains.
+UNEXPLAINED = "unexplained"
+
+
+@dataclass
+class Signals:
+    """Everything attribution reads, aligned on the analysis grid (NaN = unknown)."""
+
+    window_s: float
+    starts_ns: np.ndarray
+    p99_ms: np.ndarray
+    service_p50_ms: np.ndarray
+    completed: np.ndarray  # completions per window (ok + errors), from load counters or histograms
+    offered_rps: np.ndarray
+    throughput_rps: np.ndarray
+    in_flight: np.ndarray
+    gpu: GpuSeries | None
+    host: HostSeries | None
+    triton: TritonSeries | None
+    samples: RequestSampleSeries | None
+    max_batch_size: int | None
+    max_queue_delay_ms: float | None
+    burst_mask: np.ndarray  # windows inside a declared burst phase
+    corrected_p50_ms: np.ndarray | None = None
+    dispatch_lag_ms: np.ndarray | None = None  # worst arrival-scheduler lateness per window
+    gaps: CompletionGaps | None = None  # spans with requests in flight and nothing completing
+    gpu_count: int | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.starts_ns)
+
+
+@dataclass
+class Signature:
+    """A cause's signature per window, or why it cannot be assessed."""
+
+    cause: str
+    holds: np.ndarray | None  # float: 1 holds, 0 does not, NaN unknown
+    metric: np.ndarray | None  # larger = more of the cause
+    evidence: Callable[[np.ndarray, np.ndarray], list[Evidence]] | None = None
+    not_assessable: str | None = None
+    run_level: bool = False  # a standing condition, not an episode cause
+    standing: bool = False  # only ever a standing condition (never tested against episodes)
+    notes: list[str] = field(default_factory=list)
+    # The highest confidence the data allow (e.g. "weak" when a capacity is unknown).
+    max_confidence: str | None = None
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One cause: everything attribution, the report's figures and the benchmark need."""
+
+    id: str
+    title: str
+    action: str
+    signature: Callable[[Signals, np.ndarray], Signature]
+    # summary(evidence, "3/4 spike episodes", share of windows or None) -> one sentence
+    summary: Callable[[list[Evidence], str, float | None], str]
+    signal: tuple[str, str] | None = None  # (Analysis attribute path, axis label)
+    kind: str = EPISODIC
+    # Names of loadkit fault events (events.jsonl, kind "fault") that inject this
+    # cause: the ground truth the diagnosis benchmark scores against.
+    fault_events: tuple[str, ...] = ()
+    # For an unexplained slowdown: the latency component (breakdown name) it names.
+    component: str | None = None
+
+
+# --- helpers ------------------------------------------------------------------------
+
+
+def na(cause: str, why: str) -> Signature:
+    return Signature(cause, None, None, not_assessable=why)
+
+
+def flag(cond: np.ndarray, *known: np.ndarray) -> np.ndarray:
+    out = np.asarray(cond).astype(float)
+    for k in known:
+        out[np.isnan(k)] = np.nan
+    return out
+
+
+def mean(values: np.ndarray, mask: np.ndarray) -> float | None:
+    sel = values[mask]
+    sel = sel[~np.isnan(sel)]
+    return float(sel.mean()) if sel.size else None
+
+
+def median(values: np.ndarray, mask: np.ndarray) -> float | None:
+    sel = values[mask]
+    sel = sel[~np.isnan(sel)]
+    return float(np.median(sel)) if sel.size else None
+
+
+def maximum(values: np.ndarray, mask: np.ndarray) -> float | None:
+    sel = values[mask]
+    sel = sel[~np.isnan(sel)]
+    return float(sel.max()) if sel.size else None
+
+
+def fmt(value: float | None, unit: str = "", digits: int = 0) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.{digits}f}{unit}"
+
+
+def ev(evidence: list[Evidence], name: str) -> float | None:
+    return next((e.value for e in evidence if e.name == name), None)
+
+
+# --- what several causes need -------------------------------------------------------
+
+
+def expected_batch_compute(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
+    """Batch compute time predicted from batch size by a Theil-Sen fit on baseline windows."""
+    tr = sig.triton
+    if tr is None:
+        return None
+    x, y = tr.batch_size_req_weighted, tr.batch_compute_ms
+    if np.all(np.isnan(x)):
+        x = tr.batch_size_mean
+    ok = baseline & ~np.isnan(x) & ~np.isnan(y)
+    if ok.sum() < 3:
+        return None
+    if np.ptp(x[ok]) < 0.2:  # one batch size only: no slope to fit
+        return np.full(sig.n, float(np.median(y[ok])))
+    slope, _, _, _ = stats.theilslopes(y[ok], x[ok])
+    slope = max(0.0, float(slope))
+    intercept = float(np.median(y[ok] - slope * x[ok]))
+    return intercept + slope * np.where(np.isnan(x), np.nanmedian(x[ok]), x)
+
+
+def compute_inflation(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
+    """Observed / expected compute per batch (1.0 = as fast as in baseline windows)."""
+    expected = expected_batch_compute(sig, baseline)
+    if expected is None or sig.triton is None:
+        return None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(expected > 0, sig.triton.batch_compute_ms / expected, np.nan)
+
+
+def service_capacity_rps(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
+    """Requests/s one instance can serve at max batch, slowed by each window's compute inflation."""
+    tr = sig.triton
+    if tr is None or not sig.max_batch_size:
+        return None
+    x = tr.batch_size_req_weighted
+    y = tr.batch_compute_ms
+    ok = baseline & ~np.isnan(x) & ~np.isnan(y)
+    if ok.sum() < 3:
+        return None
+    b = float(sig.max_batch_size)
+    if np.ptp(x[ok]) >= 0.2:
+        slope, _, _, _ = stats.theilslopes(y[ok], x[ok])
+        slope = max(0.0, float(slope))
+        intercept = float(np.median(y[ok] - slope * x[ok]))
+        at_max = intercept + slope * b
+    else:
+        at_max = float(np.median(y[ok]))  # unknown slope: optimistic, compute does not grow
+    infl = compute_inflation(sig, baseline)
+    factor = (
+        np.ones(sig.n) if infl is None else np.where(np.isnan(infl), 1.0, np.maximum(infl, 1.0))
+    )
+    return b / (at_max * factor) * 1000.0
+
+
+def outside_server_ms(sig: Signals) -> np.ndarray | None:
+    """Median service latency minus Triton's queue + compute: client, network, connection setup."""
+    if sig.triton is None:
+        return None
+    return sig.service_p50_ms - (sig.triton.queue_ms_per_request + sig.triton.batch_compute_ms)
+
+
+# --- where the time goes (loadkit/analysis/breakdown.py) ------------------------------
+
+LABELS = {
+    "generator_lag": "generator lag (sent late)",
+    "client_network": "client + network",
+    "server_queue": "server queue",
+    "server_compute": "server compute (input + infer + output)",
+    "server_side": "server + network (no server statistics)",
+}
+
+
+def components(sig: Signals) -> dict[str, np.ndarray]:
+    """Each known component per window (ms; NaN unknown)."""
+    out: dict[str, np.ndarray] = {}
+    if sig.corrected_p50_ms is not None:
+        out["generator_lag"] = np.maximum(sig.corrected_p50_ms - sig.service_p50_ms, 0.0)
+    tr = sig.triton
+    if tr is None:
+        out["server_side"] = sig.service_p50_ms
+        return out
+    compute = tr.compute_total_ms if tr.compute_total_ms is not None else tr.batch_compute_ms
+    server = tr.request_ms_per_request
+    if server is None or np.all(np.isnan(server)):
+        server = tr.queue_ms_per_request + compute
+    out["client_network"] = np.maximum(sig.service_p50_ms - server, 0.0)
+    out["server_queue"] = tr.queue_ms_per_request
+    out["server_compute"] = compute
+    return out

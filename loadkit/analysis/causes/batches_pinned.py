@@ -1,0 +1,83 @@
+"""Batches pinned at max_batch_size (a standing condition): the server runs full and requests wait.
+
+Most executions carry `max_batch_size` requests and requests wait in the queue
+for a slot at least half a batch's compute: the model runs as wide as it is
+allowed and still falls behind. Needs the model configuration from the
+manifest; a model without batching (max_batch_size <= 1) has nothing to pin.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadkit.analysis.causes.base import (
+    STANDING,
+    Cause,
+    Signals,
+    Signature,
+    ev,
+    flag,
+    fmt,
+    median,
+    na,
+)
+from loadkit.analysis.model import Evidence
+
+CAUSE_BATCHES_PINNED = "batches_pinned"
+PINNED_SHARE = 0.9  # mean batch at >= 90 % of max_batch_size
+QUEUE_OVER_COMPUTE = 0.5  # requests wait at least half a batch's compute for a slot
+
+
+def signature(sig: Signals, baseline: np.ndarray) -> Signature:
+    cause = CAUSE_BATCHES_PINNED
+    tr = sig.triton
+    if tr is None:
+        return na(cause, "not assessable: no triton_stats data")
+    if not sig.max_batch_size:
+        return na(cause, "not assessable: no model config (max_batch_size) in the manifest")
+    if sig.max_batch_size <= 1:
+        return na(cause, "not assessable: max_batch_size <= 1 (no batching to pin)")
+    b = float(sig.max_batch_size)
+    pinned = np.nan_to_num(tr.batch_size_mean, nan=0.0) >= PINNED_SHARE * b
+    waiting = np.nan_to_num(tr.queue_ms_per_request, nan=0.0) >= QUEUE_OVER_COMPUTE * np.nan_to_num(
+        tr.batch_compute_ms, nan=np.inf
+    )
+    holds = flag(pinned & waiting, tr.batch_size_mean)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        metric = tr.batch_size_mean / b
+
+    def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
+        scope = np.ones(sig.n, dtype=bool)
+        return [
+            Evidence("max_batch_size", b, "requests", "model config"),
+            Evidence(
+                "batch_size_mean", median(tr.batch_size_mean, scope), "requests", "median window"
+            ),
+            Evidence("queue_time", median(tr.queue_ms_per_request, scope), "ms/request"),
+            Evidence("compute_per_batch", median(tr.batch_compute_ms, scope), "ms"),
+            Evidence("offered", median(sig.offered_rps, scope), "req/s"),
+        ]
+
+    return Signature(cause, holds, metric, evidence, run_level=True)
+
+
+def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
+    share = f"{run_share:.0%} of windows" if run_share is not None else eps
+    return (
+        f"Batches averaged {fmt(ev(e, 'batch_size_mean'), '', 1)} of max_batch_size "
+        f"{fmt(ev(e, 'max_batch_size'))} in {share}, and requests waited "
+        f"{fmt(ev(e, 'queue_time'), ' ms', 1)} in the queue for a slot (a batch computes in "
+        f"{fmt(ev(e, 'compute_per_batch'), ' ms', 1)}) at {fmt(ev(e, 'offered'))} req/s."
+    )
+
+
+CAUSE = Cause(
+    id=CAUSE_BATCHES_PINNED,
+    title="Batches pinned at max_batch_size",
+    action="Raise max_batch_size (if the model and memory allow) or add model instances "
+    "(instance_group count) or GPUs: the server runs full-width and still queues.",
+    signature=signature,
+    summary=summary,
+    signal=("telemetry.batch_size_mean", "mean batch size"),
+    kind=STANDING,
+)

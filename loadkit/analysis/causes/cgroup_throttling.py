@@ -1,0 +1,70 @@
+"""Container CPU quota throttling: the server's cgroup uses up its CFS quota."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadkit.analysis.causes.base import (
+    Cause,
+    Signals,
+    Signature,
+    ev,
+    flag,
+    fmt,
+    mean,
+    median,
+    na,
+)
+from loadkit.analysis.model import CAUSE_CGROUP_THROTTLING, Evidence
+
+CGROUP_THROTTLED_PCT = 10.0
+
+
+def signature(sig: Signals, baseline: np.ndarray) -> Signature:
+    """CFS throttled periods rising: the server's cgroup uses up its CPU quota."""
+    cause = CAUSE_CGROUP_THROTTLING
+    host = sig.host
+    if host is None:
+        return na(cause, "not assessable: no host data")
+    if not host.has_cgroup:
+        return na(cause, "not assessable: host data has no cgroup_nr_periods/nr_throttled")
+    pct = host.cgroup_throttled_pct
+    base_pct = median(pct, baseline) or 0.0
+    # No condition on the host's idle cores: a period is throttled only when the
+    # cgroup used up its quota, so throttled periods prove the quota binds even
+    # on a host that other work keeps busy (idle cores are reported as evidence).
+    cond = np.nan_to_num(pct, nan=0.0) >= max(CGROUP_THROTTLED_PCT, 2.0 * base_pct)
+    holds = flag(cond, pct)
+
+    def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
+        return [
+            Evidence("throttled_periods_in_episodes", mean(pct, ep), "% of periods"),
+            Evidence("throttled_periods_baseline", median(pct, base), "% of periods"),
+            Evidence(
+                "throttled_time_in_episodes", mean(host.cgroup_throttled_ms_per_s, ep), "ms/s"
+            ),
+            Evidence("idle_cores_in_episodes", mean(host.idle_cores, ep), "cores under 50 %"),
+            Evidence("counter_resets", float(host.counter_resets), "resets", "handled"),
+        ]
+
+    return Signature(cause, holds, pct, evidence)
+
+
+def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
+    return (
+        f"Container CPU quota throttled {fmt(ev(e, 'throttled_periods_in_episodes'))}% of periods "
+        f"(baseline {fmt(ev(e, 'throttled_periods_baseline'))}%) in {eps} while "
+        f"{fmt(ev(e, 'idle_cores_in_episodes'), '', 1)} host cores were idle."
+    )
+
+
+CAUSE = Cause(
+    id=CAUSE_CGROUP_THROTTLING,
+    title="Container CPU quota throttling",
+    action="Raise the container CPU quota (cpu.cfs_quota_us / Kubernetes "
+    "limits.cpu) or drop the CPU limit: the server uses up its quota.",
+    signature=signature,
+    summary=summary,
+    signal=("telemetry.cgroup_throttled_pct", "cgroup periods throttled (%)"),
+    fault_events=("cgroup-quota",),
+)

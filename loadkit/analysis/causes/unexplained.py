@@ -1,0 +1,247 @@
+"""Unexplained slowdowns: no cause matched, but the latency part that grew is named.
+
+When the spike episodes that no other cause explains show one component of
+the latency growing (`loadkit/analysis/breakdown.py`), the finding says which,
+by how much, and that the signals of the other causes did not move, so the
+reader knows where to look: "unexplained compute slowdown: compute per batch
+x1.9 in 6/6 episodes, with no change in GPU clock, CPU, cgroup quota or batch
+size". Attribution scores these only on the episodes no other found cause explains.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadkit.analysis.causes.base import (
+    UNEXPLAINED,
+    Cause,
+    Signals,
+    Signature,
+    components,
+    compute_inflation,
+    ev,
+    flag,
+    fmt,
+    mean,
+    median,
+    na,
+)
+from loadkit.analysis.model import Evidence
+
+COMPUTE_INFLATION = 1.3  # compute per batch this much over baseline at the same batch size
+GROWTH_RATIO = 2.0  # other parts: at least 2x their baseline ...
+GROWTH_MIN_MS = 1.0  # ... and 1 ms more
+SERVER_SIDE_RATIO = 1.5
+
+CAUSE_COMPUTE = "unexplained_compute_slowdown"
+CAUSE_QUEUE = "unexplained_queue_growth"
+CAUSE_CLIENT_NETWORK = "unexplained_client_network_slowdown"
+CAUSE_GENERATOR = "unexplained_generator_lag"
+CAUSE_SERVER_SIDE = "unexplained_server_side_slowdown"
+
+
+def _context(sig: Signals, ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
+    """The other causes' signals in the episodes and baseline: what did not change."""
+    out: list[Evidence] = []
+    if sig.gpu is not None:
+        out += [
+            Evidence("gpu_clock_ratio_in_episodes", mean(sig.gpu.clock_ratio_busy, ep), "x max"),
+            Evidence("gpu_clock_ratio_baseline", median(sig.gpu.clock_ratio_busy, base), "x max"),
+        ]
+    if sig.host is not None:
+        out += [
+            Evidence("cpu_mean_in_episodes", mean(sig.host.cpu_mean_pct, ep), "%"),
+            Evidence("cpu_mean_baseline", median(sig.host.cpu_mean_pct, base), "%"),
+        ]
+        if sig.host.has_cgroup:
+            out.append(
+                Evidence(
+                    "cgroup_throttled_in_episodes", mean(sig.host.cgroup_throttled_pct, ep), "%"
+                )
+            )
+    if sig.triton is not None:
+        out += [
+            Evidence("batch_size_in_episodes", mean(sig.triton.batch_size_mean, ep), "requests"),
+            Evidence("batch_size_baseline", median(sig.triton.batch_size_mean, base), "requests"),
+        ]
+    out += [
+        Evidence("offered_in_episodes", mean(sig.offered_rps, ep), "req/s"),
+        Evidence("offered_baseline", median(sig.offered_rps, base), "req/s"),
+    ]
+    return out
+
+
+def _unchanged(e: list[Evidence]) -> str:
+    """ "no change in GPU clock, CPU, ..." from the context evidence."""
+    same, unknown = [], []
+
+    def close(a: float | None, b: float | None, tol: float) -> bool | None:
+        if a is None or b is None:
+            return None
+        return abs(a - b) <= tol * max(abs(b), 1e-9) or abs(a - b) <= 1e-6
+
+    checks = [
+        (
+            "GPU clock",
+            close(ev(e, "gpu_clock_ratio_in_episodes"), ev(e, "gpu_clock_ratio_baseline"), 0.1),
+        ),
+        ("CPU", close(ev(e, "cpu_mean_in_episodes"), ev(e, "cpu_mean_baseline"), 0.5)),
+        (
+            "cgroup quota",
+            None
+            if ev(e, "cgroup_throttled_in_episodes") is None
+            else ev(e, "cgroup_throttled_in_episodes") < 10.0,  # type: ignore[operator]
+        ),
+        ("batch size", close(ev(e, "batch_size_in_episodes"), ev(e, "batch_size_baseline"), 0.3)),
+        ("arrivals", close(ev(e, "offered_in_episodes"), ev(e, "offered_baseline"), 0.2)),
+    ]
+    for name, ok in checks:
+        if ok is None:
+            unknown.append(name)
+        elif ok:
+            same.append(name)
+    text = f"no change in {', '.join(same)}" if same else "other signals changed too"
+    if unknown:
+        text += f" ({', '.join(unknown)} not measured)"
+    return text
+
+
+def _growing(
+    values: np.ndarray, baseline: np.ndarray, ratio: float
+) -> tuple[np.ndarray, float | None]:
+    base = median(values, baseline)
+    if base is None:
+        return np.full(len(values), np.nan), None
+    cond = (np.nan_to_num(values, nan=0.0) >= ratio * base) & (
+        np.nan_to_num(values, nan=0.0) >= base + GROWTH_MIN_MS
+    )
+    return flag(cond, values), base
+
+
+def compute_signature(sig: Signals, baseline: np.ndarray) -> Signature:
+    inflation = compute_inflation(sig, baseline)
+    if inflation is None:
+        return na(CAUSE_COMPUTE, "not assessable: no triton_stats data (compute per batch)")
+    holds = flag(np.nan_to_num(inflation, nan=0.0) >= COMPUTE_INFLATION, inflation)
+
+    def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
+        assert sig.triton is not None
+        return [
+            Evidence(
+                "compute_inflation_in_episodes",
+                median(inflation, ep & (holds > 0)),
+                "x",
+                "compute per batch vs baseline at the same batch size",
+            ),
+            Evidence("compute_per_batch_in_episodes", mean(sig.triton.batch_compute_ms, ep), "ms"),
+            Evidence("compute_per_batch_baseline", median(sig.triton.batch_compute_ms, base), "ms"),
+            *_context(sig, ep, base),
+        ]
+
+    return Signature(CAUSE_COMPUTE, holds, inflation, evidence)
+
+
+def _component_signature(cause: str, part: str, ratio: float):  # type: ignore[no-untyped-def]
+    def signature(sig: Signals, baseline: np.ndarray) -> Signature:
+        parts = components(sig)
+        if part not in parts:
+            why = {
+                "server_side": "not assessable here: Triton statistics split the server side",
+            }.get(part, "not assessable: no triton_stats data")
+            return na(cause, why)
+        values = parts[part]
+        holds, base = _growing(values, baseline, ratio)
+        if base is None:
+            return na(cause, f"not assessable: no {part} in baseline windows")
+        if part == "server_queue":
+            infl = compute_inflation(sig, baseline)
+            if infl is not None:  # queueing behind slow compute is the compute's
+                holds[np.nan_to_num(infl, nan=0.0) >= COMPUTE_INFLATION] = 0.0
+
+        def evidence(ep: np.ndarray, base_mask: np.ndarray) -> list[Evidence]:
+            return [
+                Evidence("component_in_episodes", mean(values, ep), "ms", part),
+                Evidence("component_baseline", base, "ms"),
+                *_context(sig, ep, base_mask),
+            ]
+
+        # Queue, client and service times also grow from ordinary queueing noise
+        # near capacity; compute per batch at the same batch size does not. So
+        # these stay a weak lead, the compute slowdown can be more.
+        return Signature(cause, holds, values, evidence, max_confidence="weak")
+
+    return signature
+
+
+def _summary(what: str, where: str):  # type: ignore[no-untyped-def]
+    def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
+        inflation = ev(e, "compute_inflation_in_episodes")
+        if inflation is not None:
+            grew = f"compute per batch x{fmt(inflation, '', 1)}"
+        else:
+            grew = (
+                f"{what} {fmt(ev(e, 'component_in_episodes'), ' ms', 1)} vs "
+                f"{fmt(ev(e, 'component_baseline'), ' ms', 1)} baseline"
+            )
+        return f"{grew} in {eps}, with {_unchanged(e)}; {where}."
+
+    return summary
+
+
+COMPUTE = Cause(
+    id=CAUSE_COMPUTE,
+    component="server_compute",
+    title="Unexplained compute slowdown",
+    action="Profile the model itself: GC or allocator pauses, data-dependent work (input sizes, "
+    "early exits), I/O or locks in the model code, another process sharing the accelerator; "
+    "compare compute per batch by batch size in Triton's statistics.",
+    signature=compute_signature,
+    summary=_summary("compute", "the model itself slows (GC, data-dependent work, I/O)"),
+    signal=("telemetry.compute_ms_per_execution", "compute per batch (ms)"),
+    kind=UNEXPLAINED,
+    fault_events=("model-slowdown",),
+)
+QUEUE = Cause(
+    id=CAUSE_QUEUE,
+    component="server_queue",
+    title="Unexplained server queue growth",
+    action="Requests wait longer in Triton's queue while arrivals and compute per batch stay "
+    "the same: check instance_group count, other models sharing the GPU or instances, and "
+    "the scheduler's settings (priorities, queue policy).",
+    signature=_component_signature(CAUSE_QUEUE, "server_queue", GROWTH_RATIO),
+    summary=_summary("queue time", "requests wait in the server's queue"),
+    signal=("telemetry.queue_ms_per_request", "queue time per request (ms)"),
+    kind=UNEXPLAINED,
+)
+CLIENT_NETWORK = Cause(
+    id=CAUSE_CLIENT_NETWORK,
+    component="client_network",
+    title="Unexplained client or network slowdown",
+    action="The time goes outside the server (client, network, proxies): check the client "
+    "host (CPU, GC pauses), the network path and load balancers, and connection setup.",
+    signature=_component_signature(CAUSE_CLIENT_NETWORK, "client_network", GROWTH_RATIO),
+    summary=_summary("client + network time", "the time goes outside the server"),
+    kind=UNEXPLAINED,
+)
+GENERATOR = Cause(
+    id=CAUSE_GENERATOR,
+    component="generator_lag",
+    title="Load generator fell behind",
+    action="The generator sent requests late: its results in these windows understate load. "
+    "Give it more CPU or more processes (loadkit run --processes), or lower the rate per process.",
+    signature=_component_signature(CAUSE_GENERATOR, "generator_lag", GROWTH_RATIO),
+    summary=_summary("generator lag", "the client side (load generator) fell behind its schedule"),
+    kind=UNEXPLAINED,
+)
+SERVER_SIDE = Cause(
+    id=CAUSE_SERVER_SIDE,
+    component="server_side",
+    title="Unexplained server-side slowdown",
+    action="The service time grew while the generator kept its schedule: the server or the "
+    "network. Record Triton's statistics (loadkit run records them from the target) to split "
+    "queue from compute.",
+    signature=_component_signature(CAUSE_SERVER_SIDE, "server_side", SERVER_SIDE_RATIO),
+    summary=_summary("service time", "server or network side (no server statistics to split)"),
+    kind=UNEXPLAINED,
+)
+CAUSES = (COMPUTE, QUEUE, CLIENT_NETWORK, GENERATOR, SERVER_SIDE)

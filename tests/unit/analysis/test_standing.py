@@ -1,0 +1,65 @@
+"""Standing conditions: checked on every run, spikes or not, each with evidence and an action."""
+
+from __future__ import annotations
+
+from loadkit.testing.synthetic import FaultWindow, RunSpec
+
+
+def _found(a, cause):
+    return next((f for f in a.findings if f.cause == cause), None)
+
+
+def test_a_batching_window_dominating_latency_at_low_load(analyze_spec):
+    a = analyze_spec(RunSpec(duration_s=60, rate_rps=40, max_queue_delay_us=20_000), "window")
+    f = _found(a, "batching_window")
+    assert f is not None and f.confidence in ("strong", "moderate"), a.findings
+    assert f.episodes == () and "max_queue_delay" in f.summary and f.action
+    # ... and never beside it a spike cause
+    assert all(not g.episodes for g in a.findings)
+
+
+def test_no_batching_window_finding_at_the_default_delay(analyze_spec):
+    a = analyze_spec(RunSpec(duration_s=60, rate_rps=200), "default-window")
+    assert _found(a, "batching_window") is None
+
+
+def test_batches_pinned_at_max_batch_size(analyze_spec):
+    spec = RunSpec(
+        duration_s=60,
+        rate_rps=720,
+        max_batch_size=4,
+        compute_us_per_batch=3000,
+        compute_us_per_item=600,
+    )
+    a = analyze_spec(spec, "pinned")
+    f = _found(a, "batches_pinned")
+    assert f is not None and f.confidence in ("strong", "moderate"), a.findings
+    assert f.episodes == () and "max_batch_size" in f.summary
+    assert "instances" in f.action
+    # ... not at a load the server serves in small batches
+    light = analyze_spec(RunSpec(duration_s=60, rate_rps=150, max_batch_size=4), "light")
+    assert _found(light, "batches_pinned") is None
+
+
+def test_gpu_under_20_percent_for_long_is_weak_and_says_what_to_do(analyze_spec):
+    a = analyze_spec(RunSpec(duration_s=60, rate_rps=30, max_queue_delay_us=500), "idle-gpu")
+    f = _found(a, "gpu_underused")
+    assert f is not None and f.confidence == "weak", a.findings
+    assert "the GPU is not used" in f.summary and f.action
+    busy = analyze_spec(RunSpec(duration_s=60, rate_rps=600), "busy-gpu")
+    assert _found(busy, "gpu_underused") is None
+
+
+def test_no_connection_reuse_is_a_standing_condition(analyze_spec):
+    spec = RunSpec(duration_s=60, rate_rps=200, churns=(FaultWindow(0, 60, 0.95),))
+    a = analyze_spec(spec, "no-reuse")
+    f = _found(a, "connection_churn")
+    assert f is not None and f.episodes == () and "keep-alive is off" in f.summary
+
+
+def test_standing_conditions_are_checked_without_spikes_and_say_why_not(analyze_spec):
+    a = analyze_spec(RunSpec(duration_s=60, rate_rps=200, sources=("host",)), "no-stats")
+    checks = {c.cause: c for c in a.causes_checked}
+    assert checks["batches_pinned"].status == "not_assessable"
+    assert "no triton_stats" in checks["batches_pinned"].reason
+    assert checks["gpu_underused"].status == "not_assessable"
