@@ -137,6 +137,7 @@ class LoadRuntime:
             command_line=list(sys.argv),
         )
         self.owned_run.add_note("recorded by `locust -f` without `loadkit run`")
+        self.owned_run.update(abort_on=[], abort=None)  # no run guard without `loadkit run`
         self.run_dir = self.owned_run.path
 
     def on_test_start(self) -> None:
