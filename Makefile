@@ -8,7 +8,7 @@ demo: setup
 	.venv/bin/loadkit demo
 
 test:
-	@bash scripts/setup.sh --with-browser
+	@bash scripts/setup.sh --with-browser --with-mlserver
 	.venv/bin/python -m pytest -q
 
 lint: setup

@@ -54,10 +54,11 @@ http {{
 def bare_body() -> str:
     """The request body bare Locust and wrk send: KServe v2 JSON with one candidate,
     the same size as what loadkit's JSON user sends with `candidates=1`."""
-    from loadkit.load.payloads import CandidateBatches, kserve_v2_json
+    from loadkit.load.sources import build_source
+    from loadkit.load.transports import kserve_v2_json
+    from loadkit.target.requests import ranker_plan
 
-    ids, user = CandidateBatches(1, seed=0).next()
-    return json.dumps(kserve_v2_json(ids, user))
+    return json.dumps(kserve_v2_json(build_source(ranker_plan(1), seed=0).next()))
 
 
 def free_port() -> int:

@@ -56,7 +56,13 @@ from loadkit.load.orchestrator import run_scenario
 
 SECOND = 1_000_000_000
 USERS = 20
-JSON_PARAMS: dict[str, Any] = {"protocol": "json", "json_path": "/", "candidates": 1}
+# The servers here are not KServe v2 (no metadata): the ranker's request preset, 1 candidate.
+JSON_PARAMS: dict[str, Any] = {
+    "protocol": "json",
+    "json_path": "/",
+    "requests": "ranker",
+    "candidates": 1,
+}
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/latency_vs_perf_analyzer.py                  # about 2 minutes
     .venv/bin/python bench/latency_vs_perf_analyzer.py --rates 100,300 --protocol grpc
+    .venv/bin/python bench/latency_vs_perf_analyzer.py --model doc_ranker   # real data, both tools
 
 Against one embedded Triton (the `ranker` model, 100 candidates per
 request, default batching), at each constant rate, in turn:
@@ -16,6 +17,11 @@ request, default batching), at each constant rate, in turn:
   load-end), both **corrected** (from the intended send time) and
   **service** (from the actual send, what perf_analyzer measures), and the
   completed rate.
+
+With `--model doc_ranker` (the second test model: BYTES, INT32 with a
+variable dimension, FP32) both tools send the same real data, one file in
+perf_analyzer's input-data format: `tests/data/doc_ranker_input.json`
+(`perf_analyzer --input-data FILE`, `loadkit run --input-data FILE`).
 
 perf_analyzer times each request from its actual send: it does not correct
 for coordinated omission, so compare its figures with loadkit's service
@@ -41,20 +47,30 @@ from loadkit.rundir import load_run  # noqa: E402
 from loadkit.target.server import EmbeddedTriton  # noqa: E402
 
 SECOND = 1_000_000_000
+INPUT_DATA = REPO / "tests" / "data" / "doc_ranker_input.json"
 PERF_ANALYZER = CACHE / "perf_analyzer"
 PA_LIBS = CACHE / "lib"
 
 
-def perf_analyzer(url: str, protocol: str, rate: float, candidates: int) -> dict[str, float]:
+def _inputs(model: str, candidates: int) -> tuple[list[str], dict[str, object]]:
+    """perf_analyzer's input flags and loadkit's parameters for the same requests."""
+    if model == "ranker":
+        return ["--shape", f"ITEM_IDS:{candidates}"], {"candidates": candidates}
+    return ["--input-data", str(INPUT_DATA)], {"model": model, "input_data": str(INPUT_DATA)}
+
+
+def perf_analyzer(
+    url: str, protocol: str, rate: float, candidates: int, model: str = "ranker"
+) -> dict[str, float]:
     """One perf_analyzer measurement at a constant rate; latencies in ms."""
     if not PERF_ANALYZER.exists():
         raise SystemExit(f"{PERF_ANALYZER} is missing: run bench/fetch_perf_analyzer.sh first")
     out = Path(tempfile.mkdtemp(prefix="loadkit-bench-pa-")) / "pa.csv"
-    argv = [str(PERF_ANALYZER), "-m", "ranker", "-u", url, "-i", protocol]
+    argv = [str(PERF_ANALYZER), "-m", model, "-u", url, "-i", protocol]
     argv += ["--request-rate-range", str(int(rate)), "--request-distribution", "constant"]
     # A loose stability rule: on a shared 2-core machine the default 10 % never settles.
     argv += ["--measurement-interval", "4000", "--max-trials", "4", "--stability-percentage", "50"]
-    argv += ["--shape", f"ITEM_IDS:{candidates}", "-f", str(out)]
+    argv += [*_inputs(model, candidates)[0], "-f", str(out)]
     env = {**os.environ, "LD_LIBRARY_PATH": str(PA_LIBS)}
     proc = subprocess.run(argv, env=env, capture_output=True, text=True)
     if proc.returncode != 0 or not out.exists():
@@ -69,7 +85,9 @@ def perf_analyzer(url: str, protocol: str, rate: float, candidates: int) -> dict
     }
 
 
-def loadkit_run(url: str, protocol: str, rate: float, seconds: float, candidates: int) -> dict:
+def loadkit_run(
+    url: str, protocol: str, rate: float, seconds: float, candidates: int, model: str = "ranker"
+) -> dict:
     run_dir = run_scenario(
         REPO / "scenarios" / "soak.py",
         url,
@@ -78,7 +96,7 @@ def loadkit_run(url: str, protocol: str, rate: float, seconds: float, candidates
             "rate": rate,
             "duration_s": seconds,
             "protocol": protocol,
-            "candidates": candidates,
+            **_inputs(model, candidates)[1],
         },
     )
     run = load_run(run_dir)
@@ -109,17 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0, help="loadkit run length per rate")
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
     parser.add_argument("--candidates", type=int, default=100)
+    parser.add_argument("--model", choices=("ranker", "doc_ranker"), default="ranker")
     args = parser.parse_args(argv)
     rows: list[list[object]] = []
     log = Path(tempfile.mkdtemp(prefix="loadkit-bench-triton-")) / "triton.log"
-    with EmbeddedTriton(log_path=log) as triton:
+    extra = ("doc_ranker",) if args.model == "doc_ranker" else ()
+    with EmbeddedTriton(log_path=log, extra_models=extra) as triton:
         pa_url = triton.http_url.removeprefix("http://")
         lk_url = triton.http_url
         if args.protocol == "grpc":
             pa_url = lk_url = triton.grpc_url
         for rate in (float(r) for r in args.rates.split(",")):
-            pa = perf_analyzer(pa_url, args.protocol, rate, args.candidates)
-            lk = loadkit_run(lk_url, args.protocol, rate, args.seconds, args.candidates)
+            pa = perf_analyzer(pa_url, args.protocol, rate, args.candidates, args.model)
+            lk = loadkit_run(lk_url, args.protocol, rate, args.seconds, args.candidates, args.model)
             print(f"  {rate:.0f}/s: perf_analyzer {pa}; loadkit {lk}", flush=True)
             rows.append(
                 [

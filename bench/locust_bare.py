@@ -11,10 +11,11 @@ import json
 
 from locust import FastHttpUser, constant, task
 
-from loadkit.load.payloads import CandidateBatches, kserve_v2_json
+from loadkit.load.sources import build_source
+from loadkit.load.transports import kserve_v2_json
+from loadkit.target.requests import ranker_plan
 
-_ids, _user = CandidateBatches(1, seed=0).next()
-BODY = json.dumps(kserve_v2_json(_ids, _user))  # = bench._support.bare_body()
+BODY = json.dumps(kserve_v2_json(build_source(ranker_plan(1), seed=0).next()))  # = bare_body()
 HEADERS = {"Content-Type": "application/json"}
 
 

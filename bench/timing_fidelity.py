@@ -66,7 +66,7 @@ def measure(port: int, rate: float, seconds: float, out: Path) -> dict[str, floa
         f"http://127.0.0.1:{port}",
         out_dir=out,
         params={"rate": rate, "duration_s": seconds, "protocol": "json", "json_path": "/"}
-        | {"candidates": 1},
+        | {"requests": "ranker", "candidates": 1},  # not a KServe v2 server: no metadata
     )
     run = load_run(run_dir)
     ev = run.events

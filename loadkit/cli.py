@@ -36,9 +36,11 @@ start here:  loadkit demo        (real Triton on 127.0.0.1, burst test, report)
 """
 
 
-def _available_commands() -> dict[str, ModuleType]:
+def _available_commands(only: str | None = None) -> dict[str, ModuleType]:
     modules: dict[str, ModuleType] = {}
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         try:
             modules[name] = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -47,7 +49,8 @@ def _available_commands() -> dict[str, ModuleType]:
     return modules
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI; with `only`, just that subcommand (imports nothing else: faster start)."""
     parser = argparse.ArgumentParser(
         prog="loadkit",
         description="Load testing and latency forensics for GPU inference services "
@@ -57,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"loadkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in _available_commands().items():
+    for name, module in _available_commands(only).items():
         cmd_parser = sub.add_parser(
             name,
             help=module.HELP,
@@ -70,8 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # Every command module imports its own stack (pandas, scipy, ...): build only the one
+    # asked for, so `loadkit run` answers a bad target in seconds, not after the analysis.
+    parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
+    args = parser.parse_args(words)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 0

@@ -23,7 +23,24 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
-if [ "${1:-}" = "--with-browser" ] && ! command -v chromium >/dev/null 2>&1; then
+with_browser=0
+with_mlserver=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-browser) with_browser=1 ;;
+    --with-mlserver) with_mlserver=1 ;;
+  esac
+done
+
+# MLServer, a second real KServe v2 server for the integration tests, in its own
+# venv: it needs numpy 2 and its own protobuf/grpcio, loadkit pins numpy < 2.
+if [ "$with_mlserver" = 1 ] && [ ! -x .venv-mlserver/bin/mlserver ]; then
+  echo "Installing MLServer 1.7.1 for the integration tests (.venv-mlserver)..."
+  "$PY" -m venv .venv-mlserver
+  .venv-mlserver/bin/python -m pip install --quiet "mlserver==1.7.1"
+fi
+
+if [ "$with_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "Installing Debian's chromium for the report screenshot test..."
     apt-get update -qq >/dev/null

@@ -47,6 +47,16 @@ CAUSE_PROCESS_STALL = "process_stall"
 
 CONFIDENCES = ("strong", "moderate", "weak")
 
+# Drift identifiers (DriftFinding.drift).
+DRIFTS = (
+    "server_memory_growth",
+    "gpu_memory_growth",
+    "gpu_memory_headroom",
+    "latency_floor_creep",
+    "capacity_fall",
+    "errors_onset",
+)
+
 
 # --- run and series ---------------------------------------------------------
 
@@ -123,6 +133,32 @@ class WindowSeries:
 
     def latency(self, kind: str) -> LatencyWindows:
         return self.corrected if kind == "corrected" else self.service
+
+
+@dataclass(frozen=True)
+class Overview:
+    """A long run at minute resolution (loadkit.analysis.overview), for whole-run timelines.
+
+    Latency percentiles come from each minute's merged histograms; the rest are
+    means of the minute's windows (maxima: temperature, busiest core).
+    """
+
+    window_s: float
+    t_s: tuple[float, ...]  # minute start, seconds since run start
+    corrected: LatencyWindows
+    throughput_rps: Series
+    offered_rps: Series
+    gpu_util_pct: Series | None = None
+    gpu_sm_clock_mhz: Series | None = None
+    gpu_sm_clock_max_mhz: Series | None = None
+    gpu_temp_c: Series | None = None
+    gpu_power_w: Series | None = None
+    gpu_power_limit_w: Series | None = None
+    cpu_core_max_pct: Series | None = None
+    cpu_mean_pct: Series | None = None
+    cgroup_throttled_pct: Series | None = None
+    queue_ms_per_request: Series | None = None
+    compute_ms_per_request: Series | None = None
 
 
 @dataclass(frozen=True)
@@ -215,6 +251,8 @@ class OverallStats:
     corrected: LatencySummary
     service: LatencySummary
     error_kinds: dict[str, int] = field(default_factory=dict)
+    # The server's own words, first few distinct per error kind (from events.jsonl).
+    error_messages: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -447,10 +485,10 @@ class SaturationKnee:
 class DriftTrend:
     """A robust (Theil-Sen) trend of one resource over a soak, and when it runs out."""
 
-    metric: str  # "gpu_mem_used_bytes", "server_rss_bytes", "latency_floor_ms"
+    metric: str  # "gpu_mem_used_bytes", "server_rss_bytes", "latency_floor_ms", "compute_capacity_rps", "served_pct"
     unit: str
     slope_per_hour: float | None
-    slope_low_per_hour: float | None  # 95% interval
+    slope_low_per_hour: float | None  # confidence interval (loadkit.analysis.drift.CONFIDENCE)
     slope_high_per_hour: float | None
     start_value: float | None
     end_value: float | None
@@ -461,12 +499,30 @@ class DriftTrend:
 
 
 @dataclass(frozen=True)
+class DriftFinding:
+    """A drift that matters before launch (loadkit.analysis.drift), with evidence and action.
+
+    Not a spike cause: it judges the whole run, not episodes.
+    """
+
+    drift: str  # one of DRIFTS
+    title: str
+    severity: str  # "critical", "warn"
+    summary: str  # one sentence with the key numbers
+    action: str
+    evidence: tuple[Evidence, ...]
+    metric: str  # the DriftTrend.metric (or series) behind it
+    onset_s: float | None = None  # errors_onset: seconds from the run start
+
+
+@dataclass(frozen=True)
 class SoakDrift:
-    """Drift of memory and latency floor over a long run."""
+    """Drift over a long run: robust trends, and the findings among them that matter."""
 
     duration_s: float
     trends: tuple[DriftTrend, ...]
     summary: str
+    findings: tuple[DriftFinding, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -524,6 +580,7 @@ class Analysis:
     notes: tuple[str, ...]  # warnings and choices made (window widening, missing sources)
     batch_by_phase: tuple[PhaseBatchHistogram, ...] = ()  # batch-size histogram per phase
     intervals: tuple[Interval, ...] = ()  # throttle / cgroup / fault spans, by start time
+    overview: Overview | None = None  # minute resolution, for runs longer than 2 h
     breakdown: LatencyBreakdown | None = None  # where the time goes, per window
 
     def to_dict(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from loadkit import __version__
 from loadkit.analysis import attribution as attr
 from loadkit.analysis.align import NS, WindowGrid, make_grid
 from loadkit.analysis.breakdown import breakdown, label_episodes
+from loadkit.analysis.drift import SoakSignals, soak_drift
 from loadkit.analysis.episodes import baseline_windows_for, find_episodes
 from loadkit.analysis.figures import with_figure_values
 from loadkit.analysis.gaps import CompletionGaps, gaps_from_load, gaps_from_samples
@@ -31,6 +32,7 @@ from loadkit.analysis.model import (
     Verdict,
     WindowSeries,
 )
+from loadkit.analysis.overview import build_overview
 from loadkit.analysis.percentiles import (
     MIN_REQUESTS_FOR_P99,
     WINDOW_PERCENTILES,
@@ -61,7 +63,6 @@ from loadkit.analysis.verdicts import (
     rolling_p99,
     saturation_knee,
     slo_verdict,
-    soak_drift,
 )
 from loadkit.rundir import Run
 
@@ -316,6 +317,9 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
     )
 
     model, max_batch, max_delay_ms = model_config(run)
+    server = (run.manifest.get("environment") or {}).get("server") or {}
+    for missing in server.get("not_recorded") or []:
+        notes.append(f"not recorded from the server: {missing}")
     gpu = align_gpu(run.series("gpu"), grid) if run.has_series("gpu") else None
     host = align_host(run.series("host"), grid) if run.has_series("host") else None
     triton = (
@@ -456,15 +460,23 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         )
     host_mem = ((run.manifest.get("environment") or {}).get("host") or {}).get("memory_bytes")
     soak = soak_drift(
-        grid.starts_s,
-        gpu.mem_used_bytes if gpu else None,
-        gpu.mem_total_bytes if gpu else None,
-        host.server_rss_bytes if host else None,
-        float(host_mem) if isinstance(host_mem, int | float) else None,
-        _array(corrected.latency.p50_ms),
-        window_s,
+        SoakSignals(
+            t_s=grid.starts_s,
+            window_s=window_s,
+            p50_ms=_array(corrected.latency.p50_ms),
+            throughput_rps=ok / window_s,
+            offered_rps=offered / window_s,
+            errors=errors,
+            completed=completed,
+            gpu_mem_used_bytes=gpu.mem_used_bytes if gpu else None,
+            gpu_mem_total_bytes=gpu.mem_total_bytes if gpu else None,
+            server_rss_bytes=host.server_rss_bytes if host else None,
+            host_memory_bytes=float(host_mem) if isinstance(host_mem, int | float) else None,
+            compute_ms_per_request=triton.compute_ms_per_request if triton else None,
+        )
     )
     periodic = run_period(periodicity, primary)
+    overview = build_overview(intervals, start, end, windows, telemetry)
     notes.extend(run.warnings)
     run_info = _run_info(run, start, end)
     stopped = _stopped_sentence(run_info.abort)
@@ -497,6 +509,7 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         )
         + (f" {stopped}" if stopped else ""),
         notes=tuple(notes),
+        overview=overview,
         breakdown=latency_breakdown,
     )
     # Figure values (aligned signals, batch sizes per phase, shaded intervals, CPU per core).
@@ -566,6 +579,7 @@ def _overall(
         corrected=corrected,
         service=service,
         error_kinds=kinds,
+        error_messages=run.error_messages(),
     )
 
 

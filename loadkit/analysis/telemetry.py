@@ -241,6 +241,9 @@ class HostSeries:
     has_tcp: bool
     has_server_tcp: bool
     counter_resets: int
+    # Share of each window in which some task waited for a CPU (PSI cpu "some",
+    # from the cumulative psi_cpu_some_total_us): contention, not just busy cores.
+    cpu_contention: np.ndarray | None = None
 
 
 def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
@@ -272,6 +275,11 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
     if total is not None and np.all(np.isnan(core_mean)):
         core_mean = reduce_on_grid(grid, t, total, "mean")
     psi = numeric(frame, "psi_cpu_some_avg10")
+    psi_total = numeric(frame, "psi_cpu_some_total_us")
+    contention = None
+    if psi_total is not None:
+        rate, _ = counter_rate_on_grid(grid, t, psi_total)
+        contention = np.clip(rate / 1e6, 0.0, 1.0)
     periods = numeric(frame, "cgroup_nr_periods")
     throttled = numeric(frame, "cgroup_nr_throttled")
     throttled_ns = numeric(frame, "cgroup_throttled_ns")
@@ -324,6 +332,7 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
         has_tcp=tcp is not None,
         has_server_tcp=server_tcp is not None,
         counter_resets=resets,
+        cpu_contention=contention,
     )
 
 

@@ -1,4 +1,4 @@
-"""Verdicts and figures: SLO pass/fail, alerts, burst recovery, saturation knee, soak drift."""
+"""Verdicts and figures: SLO pass/fail, alerts, burst recovery, saturation knee (soak drift: drift.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,9 @@ from loadkit.analysis.latency_counts import LatencyCounts
 from loadkit.analysis.model import (
     Alert,
     BurstRecovery,
-    DriftTrend,
     OverallStats,
     SaturationKnee,
     SloVerdict,
-    SoakDrift,
     StepResult,
     Verdict,
 )
@@ -37,10 +35,6 @@ RECOVERY_HOLD_S = 10.0  # and must stay in band this long
 PRE_BURST_S = 30.0
 KNEE_ACHIEVED_SHARE = 0.97
 KNEE_SETTLE_WINDOWS = 2
-SOAK_MIN_S = 600.0
-# Theil-Sen takes every pair of points (n^2 memory and time: 21,600 windows of a 6 h run
-# would be ~10 GB); longer series are first reduced to medians of consecutive windows.
-TREND_MAX_POINTS = 3600
 PERCENTILE_KEYS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 
 _SLO_ITEM = re.compile(r"^\s*(p50|p90|p95|p99|p999|errors)\s*[=<]=?\s*([\d.]+)\s*(ms|s|us|%)?\s*$")
@@ -439,96 +433,6 @@ def saturation_knee(
     return SaturationKnee(True, knee.offered_rps, knee.achieved_rps, tuple(results), reason)
 
 
-def _thinned(y: np.ndarray, x: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
-    """(y, x) as is up to `max_points`; beyond, medians of runs of consecutive points."""
-    if len(y) <= max_points:
-        return y, x
-    per = -(-len(y) // max_points)
-    pad = -len(y) % per
-    rows = len(y) // per + (1 if pad else 0)
-    yy = np.concatenate([y, np.full(pad, np.nan)]).reshape(rows, per)
-    xx = np.concatenate([x, np.full(pad, np.nan)]).reshape(rows, per)
-    return np.nanmedian(yy, axis=1), np.nanmedian(xx, axis=1)
-
-
-def _trend(
-    metric: str, unit: str, t_s: np.ndarray, values: np.ndarray | None, limit: float | None
-) -> DriftTrend | None:
-    if values is None:
-        return None
-    ok = ~np.isnan(values)
-    if ok.sum() < 10:
-        return None
-    hours = t_s[ok] / 3600.0
-    y = values[ok]
-    slope, _, low, high = stats.theilslopes(*_thinned(y, hours, TREND_MAX_POINTS), 0.95)
-    start, end = (
-        float(np.median(y[: max(3, len(y) // 10)])),
-        float(np.median(y[-max(3, len(y) // 10) :])),
-    )
-    significant = bool(low > 0 or high < 0)
-    tte = None
-    if limit is not None and significant and slope > 0 and end < limit:
-        tte = float((limit - end) / slope)
-    detail = f"{slope:+.3g} {unit}/h (95% {low:+.3g}..{high:+.3g})"
-    if tte is not None:
-        detail += f"; reaches {limit:.3g} {unit} in {tte:.1f} h"
-    return DriftTrend(
-        metric,
-        unit,
-        float(slope),
-        float(low),
-        float(high),
-        start,
-        end,
-        limit,
-        tte,
-        significant,
-        detail,
-    )
-
-
-def soak_drift(
-    t_s: np.ndarray,
-    gpu_mem: np.ndarray | None,
-    gpu_mem_total: float | None,
-    rss: np.ndarray | None,
-    host_memory: float | None,
-    p50_ms: np.ndarray,
-    window_s: float,
-) -> SoakDrift | None:
-    """Theil-Sen trends of GPU memory, server RSS and the latency floor (per-minute minimum P50)."""
-    duration = float(t_s[-1] + window_s) if len(t_s) else 0.0
-    if duration < SOAK_MIN_S:
-        return None
-    per = max(1, int(round(60.0 / window_s)))
-    floors = []
-    times = []
-    for i in range(0, len(p50_ms), per):
-        chunk = p50_ms[i : i + per]
-        if not np.all(np.isnan(chunk)):
-            floors.append(float(np.nanmin(chunk)))
-            times.append(float(t_s[i]))
-    trends = [
-        _trend("gpu_mem_used_bytes", "bytes", t_s, gpu_mem, gpu_mem_total),
-        _trend("server_rss_bytes", "bytes", t_s, rss, host_memory),
-        _trend(
-            "latency_floor_ms", "ms", np.array(times), np.array(floors) if floors else None, None
-        ),
-    ]
-    kept = tuple(t for t in trends if t is not None)
-    growing = [t for t in kept if t.significant and (t.slope_per_hour or 0) > 0]
-    exhaust = [t for t in growing if t.hours_to_exhaustion is not None]
-    if exhaust:
-        worst = min(exhaust, key=lambda t: t.hours_to_exhaustion or 0)
-        summary = f"{worst.metric} grows {worst.detail}"
-    elif growing:
-        summary = "drift: " + ", ".join(f"{t.metric} {t.detail}" for t in growing)
-    else:
-        summary = "no significant drift in memory or latency floor"
-    return SoakDrift(duration, kept, summary)
-
-
 __all__ = [
     "DEFAULT_SLO",
     "BurstPhase",
@@ -539,5 +443,4 @@ __all__ = [
     "rolling_p99",
     "saturation_knee",
     "slo_verdict",
-    "soak_drift",
 ]

@@ -88,6 +88,9 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
     rate = f"{o.throughput_rps:.0f} req/s" if o.throughput_rps is not None else "n/a"
     err = f"{o.error_pct:.2f}%" if o.error_pct is not None else "n/a"
     w(f"throughput: {rate}  requests: {o.completed}  errors: {err}  dropped: {o.dropped}\n")
+    for kind, messages in sorted(o.error_messages.items()):
+        for message in messages:
+            w(f"  {kind}: the server said: {message}\n")
     w(f"\n{a.headline}\n")
     p99_eps = a.episodes_for("p99")
     period = a.periodicity_for("p99")
@@ -126,6 +129,8 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
         w(f"saturation knee: {a.knee.reason}\n")
     if a.soak is not None:
         w(f"soak: {a.soak.summary}\n")
+        for drift in a.soak.findings:
+            w(f"drift [{drift.severity}]: {drift.summary}\n")
     for alert in a.alerts:
         w(f"alert [{alert.severity}]: {alert.message}\n")
     unassessable = [c for c in a.causes_checked if c.status == "not_assessable"]

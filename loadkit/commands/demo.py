@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from loadkit import lifeline
 from loadkit.demo import DemoSettings, run_demo
 from loadkit.errors import EXIT_INTERRUPTED, EXIT_OK
 
@@ -68,7 +69,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--short",
         action="store_true",
-        help="a 60 s version (used by the tests); fewer throttle cycles",
+        help="a 60 s version: about 5 throttle cycles, often too few to confirm their period",
     )
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
 
@@ -99,7 +100,8 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    result = run_demo(settings)
+    with lifeline.stop_signals():  # Ctrl-C or SIGTERM: stop all, report what was recorded
+        result = run_demo(settings)
     from loadkit.analysis.model import Analysis
     from loadkit.commands.analyze import print_summary
     from loadkit.rundir.layout import ANALYSIS_FILE

@@ -21,7 +21,9 @@ host/GPU/Triton telemetry.
 
 The scenario is a built-in one by name (`loadkit scenarios` lists them) or
 the path of your own locustfile. Ctrl-C (or SIGTERM) stops the run: it is
-marked 'aborted' and keeps everything recorded (exit status 130).
+marked 'aborted' and keeps everything recorded (exit status 130). If this
+command is killed outright (SIGKILL), its Locust processes and samplers die
+with it at once: no load outlives it.
 --abort-on CONDITION stops the load within a second of the condition holding
 (checked on the merged 1 s intervals of every Locust process): the run is
 marked 'aborted' with the condition and the moment, and the exit status is 1.
@@ -39,6 +41,13 @@ examples:
   loadkit run soak --target http://127.0.0.1:8000 \\
       --abort-on "p99>80ms for 10s" --abort-on "errors>5% for 5s"
   loadkit run burst_2x --target http://127.0.0.1:8000 --abort-on slo
+  loadkit run soak --target http://127.0.0.1:8000 --model doc_ranker \\
+      --shape DOC_IDS:16 --int-range DOC_IDS:0,999 --batch-size 4
+  loadkit run soak --target http://127.0.0.1:8000 --input-data data.json
+
+Before recording, loadkit reads the model's metadata, builds the requests
+from it and sends one: when the server rejects it, the run stops with the
+server's own words (exit 2); when nothing answers, exit 3.
 """
 
 
@@ -105,6 +114,35 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="set a scenario parameter (repeatable)",
     )
+    req = parser.add_argument_group(
+        "requests (default: built from the model's metadata and config on the server)"
+    )
+    req.add_argument("--model", help="model name (default: the server's only model)")
+    req.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME:D1,D2",
+        help="dimensions for an input with variable (-1) dims, batch excluded (repeatable)",
+    )
+    req.add_argument(
+        "--int-range",
+        action="append",
+        default=[],
+        metavar="NAME:LO,HI",
+        help="inclusive range of an integer input's synthetic values (default 0,99; repeatable)",
+    )
+    req.add_argument(
+        "--string-length", type=int, metavar="N", help="length of synthetic BYTES strings (16)"
+    )
+    req.add_argument(
+        "--input-data",
+        metavar="FILE",
+        help="real data: perf_analyzer's input-data JSON, or (protocol json) JSON Lines bodies",
+    )
+    req.add_argument(
+        "--batch-size", type=int, metavar="N", help="rows per request (max_batch_size > 0; 1)"
+    )
     guard = parser.add_argument_group("guard")
     guard.add_argument(
         "--abort-on",
@@ -157,6 +195,24 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
     return out
 
 
+def request_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """The request flags as scenario parameters (the same names `--set` takes)."""
+    out: dict[str, str] = {}
+    if args.model:
+        out["model"] = args.model
+    if args.shape:
+        out["shape"] = " ".join(args.shape)
+    if args.int_range:
+        out["int_range"] = " ".join(args.int_range)
+    if args.string_length is not None:
+        out["string_length"] = str(args.string_length)
+    if args.input_data:
+        out["input_data"] = args.input_data
+    if args.batch_size is not None:
+        out["batch_size"] = str(args.batch_size)
+    return out
+
+
 def _stats_url(choice: str, target: str) -> str | None:
     if choice == "none":
         return None
@@ -175,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     if args.progress_every <= 0:
         raise UsageError(f"--progress-every must be > 0, got {args.progress_every:g}")
     scenario = resolve_scenario(args.scenario)
-    params = parse_overrides(args.overrides)
+    params = {**parse_overrides(args.overrides), **request_overrides(args)}
     telemetry = TelemetryOptions(
         enabled=not args.no_telemetry,
         gpu=args.gpu,

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import FrameType
 
+from loadkit import lifeline
 from loadkit.errors import TargetError, UsageError
-from loadkit.target.config import DEFAULT_MODEL_PARAMS, MODEL_NAME, USER_DIM
+from loadkit.target.config import DEFAULT_MODEL_PARAMS, EXTRA_MODELS, MODEL_NAME, USER_DIM
 from loadkit.target.runtime import find_runtime
 from loadkit.target.server import EmbeddedTriton
 from loadkit.target.smoke import curl_example, run_smoke
@@ -34,8 +33,9 @@ On a machine without a GPU each batch also sleeps for a simulated GPU time
 (gpu_time_us_per_batch + gpu_time_us_per_item x batch size; defaults
 {DEFAULT_MODEL_PARAMS["gpu_time_us_per_batch"]} + {DEFAULT_MODEL_PARAMS["gpu_time_us_per_item"]} us), which leaves the CPU free as a real GPU kernel would.
 
-The server runs until Ctrl-C (or SIGTERM), then stops with its child
-processes. Its log goes to --log (default: a file in the temp directory).
+The server runs until Ctrl-C, SIGINT or SIGTERM (also when started in the
+background by a script), then stops with its child processes; if this command
+is SIGKILLed, the server and its backend processes die with it. Its log goes to --log (default: a file in the temp directory).
 
 examples:
   loadkit target                       # HTTP 8000, gRPC 8001, metrics 8002
@@ -83,6 +83,13 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help='JSON file {"clock_factor": f} from the simulated GPU; slows compute by 1/f',
     )
+    model.add_argument(
+        "--extra-model",
+        action="append",
+        default=[],
+        choices=EXTRA_MODELS,
+        help="also serve this shipped test model (repeatable), e.g. doc_ranker",
+    )
     parser.add_argument("--log", metavar="FILE", help="write the server log here")
     parser.add_argument(
         "--smoke",
@@ -118,7 +125,7 @@ def run_hint(http_url: str) -> str:
 def _print_banner(server: EmbeddedTriton, args: argparse.Namespace) -> None:
     info = server.describe()
     print(
-        f"Triton {info['version']} is serving model '{MODEL_NAME}' on 127.0.0.1 "
+        f"Triton {info['version']} is serving {', '.join(server.model_names)} on 127.0.0.1 "
         f"(embedded, CPU, pid {server.pid})"
     )
     print(f"  HTTP     {server.http_url}")
@@ -143,10 +150,6 @@ def _smoke(server: EmbeddedTriton) -> int:
     return 0
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def run(args: argparse.Namespace) -> int:
     find_runtime()  # the `target` extra: one ERROR/HINT before anything starts
     log_path = args.log
@@ -159,12 +162,12 @@ def run(args: argparse.Namespace) -> int:
         model_params=_params(args.param),
         sim_gpu_state=Path(args.sim_gpu_state) if args.sim_gpu_state else None,
         log_path=log_path,
+        extra_models=tuple(args.extra_model),
         **{f"{service}_port": port for service, port in _ports(args).items()},
     )
-    # SIGTERM (systemd, docker stop, kill) must stop the server like Ctrl-C does.
-    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
-    previous_int = signal.getsignal(signal.SIGINT)
-    try:
+    # SIGINT and SIGTERM (Ctrl-C, systemd, docker stop, kill -INT of a background
+    # job whose shell set SIGINT to ignored) stop the server the same way.
+    with lifeline.stop_signals():
         with server:
             if args.smoke:
                 return _smoke(server)
@@ -176,13 +179,8 @@ def run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 print("\nstopping Triton ...", file=sys.stderr, flush=True)
                 # A second Ctrl-C must not interrupt the stop and orphan the server.
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                lifeline.ignore_stop_signals()
                 return 0
             raise TargetError(
                 "tritonserver exited unexpectedly", hint=f"see its log: {server.log_path}"
             )
-    finally:
-        signal.signal(signal.SIGTERM, previous_term)
-        if previous_int is not None:
-            signal.signal(signal.SIGINT, previous_int)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadkit import lifeline
 from loadkit.errors import UsageError
 from loadkit.rundir import RunWriter
 from loadkit.telemetry.gpu import GPU_CHOICES
@@ -133,56 +134,62 @@ def run(args: argparse.Namespace) -> int:
         target=target,
         environment=_environment(),
     )
+    if args.triton:
+        env = dict(writer.manifest.get("environment") or {})
+        env["server"] = _server(args.triton, args.models)
+        writer.update(environment=env)
     print(f"watching for {args.duration:g}s; run directory {writer.path}", file=sys.stderr)
     sim: Any = None
     prober: Any = None
     samplers: Any = None
     status = "aborted"
-    try:
-        sim_state = args.sim_gpu_state
-        if args.gpu == "sim" and sim_state is None:
-            sim_state = writer.path / SIM_GPU_STATE_FILE
-            sim = start_simulated_gpu(
-                sim_state,
-                args.triton,
-                model=(args.models or ["ranker"])[0],
-                run_dir=writer.path,
-                cooling_fault_period_s=args.cooling_fault_period,
-                cooling_fault_duration_s=args.cooling_fault_duration,
+    # SIGINT and SIGTERM end the watch early; what was recorded is kept.
+    with lifeline.stop_signals():
+        try:
+            sim_state = args.sim_gpu_state
+            if args.gpu == "sim" and sim_state is None:
+                sim_state = writer.path / SIM_GPU_STATE_FILE
+                sim = start_simulated_gpu(
+                    sim_state,
+                    args.triton,
+                    model=(args.models or ["ranker"])[0],
+                    run_dir=writer.path,
+                    cooling_fault_period_s=args.cooling_fault_period,
+                    cooling_fault_duration_s=args.cooling_fault_duration,
+                )
+                writer.add_note(
+                    "GPU telemetry is simulated (driven by the watched server's compute time); "
+                    "the watched server is not slowed by it"
+                )
+            samplers = SamplerSet.start(
+                writer.path,
+                gpu=args.gpu,
+                triton_url=args.triton,
+                triton_models=args.models,
+                server_pid=args.server_pid,
+                rates=rates,
+                metrics_url=metrics_url,
+                metrics_patterns=args.metrics_patterns,
+                sim_gpu_state=sim_state,
             )
-            writer.add_note(
-                "GPU telemetry is simulated (driven by the watched server's compute time); "
-                "the watched server is not slowed by it"
-            )
-        samplers = SamplerSet.start(
-            writer.path,
-            gpu=args.gpu,
-            triton_url=args.triton,
-            triton_models=args.models,
-            server_pid=args.server_pid,
-            rates=rates,
-            metrics_url=metrics_url,
-            metrics_patterns=args.metrics_patterns,
-            sim_gpu_state=sim_state,
-        )
-        samplers.wait_started(15.0)
-        _record_sources(writer, samplers, sim)
-        if args.probe_rate:
-            model = (args.models or [None])[0] or _first_model(args.triton)
-            prober = Prober(writer.path, args.triton, model, args.probe_rate).start()
-        deadline = time.monotonic() + args.duration
-        while (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(1.0, left))
-        status = "complete"
-    finally:
-        if prober is not None:
-            prober.stop()
-        if samplers is not None:
-            samplers.stop()
+            samplers.wait_started(15.0)
             _record_sources(writer, samplers, sim)
-        if sim is not None:
-            sim.stop()
-        writer.finalize(status)
+            if args.probe_rate:
+                model = (args.models or [None])[0] or _first_model(args.triton)
+                prober = Prober(writer.path, args.triton, model, args.probe_rate).start()
+            deadline = time.monotonic() + args.duration
+            while (left := deadline - time.monotonic()) > 0:
+                time.sleep(min(1.0, left))
+            status = "complete"
+        finally:
+            if prober is not None:
+                prober.stop()
+            if samplers is not None:
+                samplers.stop()
+                _record_sources(writer, samplers, sim)
+            if sim is not None:
+                sim.stop()
+            writer.finalize(status)
     print(f"recorded {writer.path}", file=sys.stderr)
     print(f"next: loadkit analyze {writer.path}", file=sys.stderr)
     return 0
@@ -195,6 +202,18 @@ def _environment() -> dict[str, Any]:
         return {"host": collect_host()}
     except Exception:  # noqa: BLE001 - metadata must never stop an incident recording
         return {"host": {}}
+
+
+def _server(url: str, models: list[str] | None) -> dict[str, Any]:
+    """The server's metadata and model configs, or what could not be recorded and why."""
+    from loadkit.errors import LoadkitError
+    from loadkit.kserve.metadata import describe_server, open_client
+
+    try:
+        with open_client(url, "http") as client:
+            return describe_server(client, models)
+    except LoadkitError as exc:  # an incident recording goes on without it
+        return {"not_recorded": [f"server metadata: {exc.message}"]}
 
 
 def _record_sources(writer: RunWriter, samplers: Any, sim: Any) -> None:

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from loadkit import lifeline
 from loadkit.faults.schedule import Clock, FaultSchedule, FaultUnavailable, ScheduledFault
 
 READY_TIMEOUT_S = 10.0
@@ -117,7 +118,9 @@ class CpuBurn(ScheduledFault):
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         argv = [sys.executable, "-S", "-c", BURNER_CODE, str(os.getpid()), str(self.nice)]
-        return subprocess.Popen(
+        # Forked on a process-long thread (lifeline), so the PDEATHSIG below
+        # follows this process, not the schedule's thread.
+        return lifeline.popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -9,7 +9,9 @@ parameters, shape, duration and phases:
     python -m loadkit.load.describe --many a.py b.py   # one JSON list, defaults only
 
 prints one JSON object (`ResolvedScenario.describe()`), or
-`{"error": ..., "hint": ...}` with exit status 2.
+`{"error": ..., "hint": ..., "exit_code": ...}` with that exit status.
+With `--preflight TARGET` it also runs the pre-flight (`loadkit.load.preflight`)
+against the target and adds its result (request plan, server description).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from loadkit.errors import LoadkitError, UsageError
+from loadkit import lifeline
+from loadkit.errors import EXIT_TARGET, LoadkitError, TargetError, UsageError
 
 DESCRIBE_TIMEOUT_S = 60.0
 
@@ -44,8 +47,22 @@ def load_scenario_module(path: Path) -> ModuleType:
     return module
 
 
+def _user_json_body(module: ModuleType) -> Any:
+    """The `json_body` of the scenario's (first concrete) user class, if it sets one."""
+    for value in vars(module).values():
+        if isinstance(value, type) and not vars(value).get("abstract", False):
+            body = getattr(value, "json_body", None)
+            if body is not None and hasattr(value, "send_one"):
+                return body
+    return None
+
+
 def describe_in_process(
-    path: Path, params: dict[str, Any], duration_s: float | None
+    path: Path,
+    params: dict[str, Any],
+    duration_s: float | None,
+    preflight_target: str | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
     module = load_scenario_module(path)
     from loadkit.load.scenario import Scenario, current_scenario
@@ -54,13 +71,26 @@ def describe_in_process(
     if not isinstance(scenario, Scenario):
         scenario = current_scenario()
     resolved = scenario.resolve(params, duration_s)
-    return resolved.describe()
+    info = resolved.describe()
+    if preflight_target is not None:
+        from loadkit.load.preflight import run_preflight
+
+        result = run_preflight(
+            preflight_target, resolved.params, seed=seed, json_body=_user_json_body(module)
+        )
+        info["preflight"] = result.to_json()
+    return info
 
 
 def describe_scenario(
-    path: str | Path, params: dict[str, Any] | None = None, duration_s: float | None = None
+    path: str | Path,
+    params: dict[str, Any] | None = None,
+    duration_s: float | None = None,
+    *,
+    preflight_target: str | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
-    """Run the describer in a child process; raise UsageError with its message on failure."""
+    """Run the describer in a child process; raise its LoadkitError (exit 2 or 3) on failure."""
     argv = [
         sys.executable,
         "-m",
@@ -71,10 +101,10 @@ def describe_scenario(
     ]
     if duration_s is not None:
         argv += ["--duration", str(duration_s)]
+    if preflight_target is not None:
+        argv += ["--preflight", preflight_target, "--seed", str(seed)]
     try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S, check=False
-        )
+        proc = lifeline.run(argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise UsageError(f"loading scenario {path} took over {DESCRIBE_TIMEOUT_S:.0f} s") from exc
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -83,6 +113,8 @@ def describe_scenario(
         message = result.get("error") or f"could not load scenario {path}"
         detail = proc.stderr.strip().splitlines()[-1:] if proc.stderr.strip() else []
         hint = result.get("hint") or (detail[0] if detail else None)
+        if result.get("exit_code") == EXIT_TARGET:
+            raise TargetError(message, hint=hint)
         raise UsageError(message, hint=hint)
     return result
 
@@ -94,9 +126,7 @@ def describe_scenarios(paths: list[Path]) -> list[dict[str, Any]]:
     """
     argv = [sys.executable, "-m", "loadkit.load.describe", "--many", *map(str, paths)]
     try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S, check=False
-        )
+        proc = lifeline.run(argv, capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise UsageError(f"loading scenarios took over {DESCRIBE_TIMEOUT_S:.0f} s") from exc
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
@@ -107,11 +137,17 @@ def describe_scenarios(paths: list[Path]) -> list[dict[str, Any]]:
     return result
 
 
-def _describe_or_error(path: Path, params: dict[str, Any], duration_s: float | None) -> dict:
+def _describe_or_error(
+    path: Path,
+    params: dict[str, Any],
+    duration_s: float | None,
+    preflight_target: str | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
     try:
-        return describe_in_process(path, params, duration_s)
+        return describe_in_process(path, params, duration_s, preflight_target, seed)
     except LoadkitError as err:
-        return {"error": err.message, "hint": err.hint}
+        return {"error": err.message, "hint": err.hint, "exit_code": err.exit_code}
     except Exception as exc:  # a broken scenario file: say what and where
         return {"error": f"scenario {path} failed to load: {type(exc).__name__}: {exc}"}
 
@@ -122,12 +158,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default="{}")
     parser.add_argument("--duration", type=float, default=None)
     parser.add_argument("--many", action="store_true", help="print one JSON list")
+    parser.add_argument("--preflight", metavar="TARGET", default=None)
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.many:
         many = [{"path": str(p), **_describe_or_error(p, {}, None)} for p in args.scenario]
         print(json.dumps(many, default=str))
         return 0
-    info = _describe_or_error(args.scenario[0], json.loads(args.params), args.duration)
+    info = _describe_or_error(
+        args.scenario[0], json.loads(args.params), args.duration, args.preflight, args.seed
+    )
     print(json.dumps(info, default=str))
     return 2 if "error" in info else 0
 

@@ -84,3 +84,37 @@ def classify_failure(exc: BaseException) -> str:
         if "connection refused" in lowered or "failed to connect" in lowered:
             return REFUSED
     return OTHER
+
+
+_MESSAGE_CHARS = 300
+
+
+def error_message(exc: BaseException) -> str:
+    """The server's own words for a failure (tritonclient's message, an HTTP body's error).
+
+    Cut to a few hundred characters: it is evidence for a person, kept per error kind.
+    """
+    text = ""
+    if isinstance(exc, HttpStatusError):
+        body = exc.body.strip()
+        try:
+            import json
+
+            data = json.loads(body)
+            if isinstance(data, dict) and data.get("error"):
+                body = str(data["error"])
+        except ValueError:
+            pass
+        text = f"HTTP {exc.status_code}: {body}" if body else f"HTTP {exc.status_code}"
+    else:
+        message_fn = getattr(exc, "message", None)
+        if callable(message_fn):  # a server's exception (tritonclient): its words as they are
+            try:
+                text = str(message_fn() or "")
+            except Exception:  # noqa: BLE001 - a broken message() must not lose the failure
+                text = ""
+        if not text:
+            detail = str(exc).strip()
+            text = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 3] + "..."

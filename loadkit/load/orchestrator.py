@@ -26,7 +26,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from loadkit import lifeline
 from loadkit.environment import run_environment
 from loadkit.errors import LoadkitError, TargetError, UsageError
 from loadkit.load.catalog import resolve_scenario
@@ -51,6 +51,7 @@ from loadkit.load.scenario import (
     ENV_DURATION,
     ENV_PARAMS,
     ENV_PROCESS,
+    ENV_REQUEST_PLAN,
     ENV_RUN_DIR,
     ENV_SEED,
     ENV_WORKER_COUNT,
@@ -107,6 +108,13 @@ def _free_port() -> int:
     with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _requests_manifest(plan: Mapping[str, Any], latency_ms: float | None) -> dict[str, Any]:
+    """What every request carries, for `manifest.target.requests` (no model spec copy)."""
+    out = {k: v for k, v in plan.items() if k not in ("spec", "model")}
+    out["preflight_ms"] = None if latency_ms is None else round(latency_ms, 3)
+    return out
 
 
 def _merge_manifest(writer: RunWriter, extra: Mapping[str, Any]) -> None:
@@ -224,8 +232,9 @@ class LocustProcesses:
     def _spawn(self, role: str, argv: list[str], run_dir: Path, env: dict[str, str]) -> None:
         log = open(run_dir / LOGS_DIR / f"locust-{role}.log", "ab")  # noqa: SIM115
         self.logs.append(log)
-        proc = subprocess.Popen(
+        proc = lifeline.popen(
             argv,
+            death_signal=signal.SIGKILL,  # we died: stop loading the target at once
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -296,31 +305,6 @@ class LocustProcesses:
 
 
 # --------------------------------------------------------------------- the run
-class _StopSignals:
-    """SIGINT and SIGTERM raise KeyboardInterrupt while a run is in progress.
-
-    Installed explicitly because a process started in the background by a
-    non-interactive shell inherits SIGINT as ignored; restored afterwards.
-    """
-
-    def __init__(self) -> None:
-        self._saved: dict[int, Any] = {}
-
-    def _raise(self, signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    def __enter__(self) -> _StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._saved[sig] = signal.signal(sig, self._raise)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._saved.items():
-            signal.signal(sig, handler)
-        self._saved.clear()
-
-
 def _stop_on_breach(
     writer: RunWriter,
     procs: LocustProcesses,
@@ -375,11 +359,18 @@ def run_scenario(
         raise UsageError(f"--workers must be >= 0, got {workers}")
     overrides = {k: v for k, v in (params or {}).items()}
     check_syntax(a for a in abort_on if isinstance(a, str))
-    info = describe_scenario(scenario_path, overrides, duration_s)
+    check_reachable(target_url)
+    # Describe the scenario and run the pre-flight (metadata, one request) in one child.
+    info = describe_scenario(
+        scenario_path, overrides, duration_s, preflight_target=target_url, seed=seed
+    )
     conditions = [a for a in abort_on if isinstance(a, AbortCondition)]
     conditions += expand_conditions([a for a in abort_on if isinstance(a, str)], info.get("slo"))
-    check_reachable(target_url)
     resolved_params: dict[str, Any] = info["params"]
+    preflight: dict[str, Any] = info["preflight"]
+    plan: dict[str, Any] = preflight["plan"]
+    environment = run_environment()
+    environment["server"] = preflight["server"]
     writer = RunWriter.create(
         out_dir=out_dir,
         run_id=run_id,
@@ -388,11 +379,12 @@ def run_scenario(
         target={
             "url": target_url,
             "protocol": resolved_params.get("protocol"),
-            "model": resolved_params.get("model"),
+            "model": plan["model"],
             "embedded": False,
+            "requests": _requests_manifest(plan, preflight.get("latency_ms")),
         },
         slo=info.get("slo"),
-        environment=run_environment(),
+        environment=environment,
         command_line=command_line,
     )
     writer.update(abort_on=[c.text for c in conditions], abort=None)
@@ -419,7 +411,9 @@ def run_scenario(
         if printer is not None:
             printer.show(snapshot, force=final)
 
-    stop_signals = _StopSignals().__enter__()
+    # SIGINT and SIGTERM raise KeyboardInterrupt while the run is in progress.
+    stop_signals = lifeline.stop_signals()
+    stop_signals.__enter__()
     try:
         if before_start is not None:
             before_start(writer)
@@ -428,6 +422,7 @@ def run_scenario(
             ENV_RUN_DIR: str(run_dir.resolve()),
             ENV_PARAMS: json.dumps(overrides),
             ENV_SEED: str(seed),
+            ENV_REQUEST_PLAN: json.dumps(plan),
             "PYTHONUNBUFFERED": "1",
         }
         if duration_s is not None:
@@ -489,7 +484,7 @@ def run_scenario(
                 report_progress(final=True)
                 printer.finish()
             writer.finalize(status)
-            stop_signals.__exit__()
+            stop_signals.__exit__(None, None, None)
     if failure is not None:
         raise LoadkitError(failure, hint=f"see {run_dir / LOGS_DIR}/ for the Locust logs")
     return run_dir

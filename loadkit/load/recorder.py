@@ -9,11 +9,14 @@ sample. `tick()` writes every interval that has ended; `close()` writes the
 rest, so a stopped run loses nothing it recorded.
 
 Only successful requests enter the latency histograms; failures are counted
-by kind in `load/<process>.jsonl`. A third histogram per interval, `pending`,
-holds the age (from the intended send) of every request still in flight when
-the interval ends: a lower bound of its latency, so a stalled target that
-completes nothing still shows how late its requests are (the run guard uses
-it; see docs/run-format.md). No gevent or Locust here: the clock is
+by kind in `load/<process>.jsonl`, and the first few distinct messages of
+each kind (the server's own words) go to `events.jsonl` as `server_error`
+events, bounded per process so a million errors cost nothing. A third
+histogram per interval, `pending`, holds the age (from the intended send) of
+every request still in flight when the interval ends: a lower bound of its
+latency, so a stalled target that completes nothing still shows how late its
+requests are (the run guard uses it; see docs/run-format.md). No gevent or
+Locust here: the clock is
 injected, so tests drive it by hand.
 """
 
@@ -30,12 +33,29 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from loadkit.rundir import IntervalLogWriter, JsonlWriter, new_histogram
+from loadkit.rundir import IntervalLogWriter, JsonlWriter, append_event, new_histogram
 from loadkit.rundir.layout import LATENCY_DIR, LOAD_DIR, REQUESTS_DIR
+from loadkit.rundir.segments import SEGMENT_S
 
 INTERVAL_NS = 1_000_000_000
 DEFAULT_SAMPLE_SIZE = 200  # uniform reservoir per interval per request name
 DEFAULT_SLOWEST_KEPT = 5  # plus the slowest requests of each interval, for drill-down
+MESSAGES_PER_KIND = 3  # distinct error messages kept per error kind per process
+MESSAGE_KINDS = 20  # error kinds with messages kept per process
+# The reservoir keeps its full size for the first 10 minutes, then shrinks as
+# sqrt(10 min / elapsed), never under 10: a 24 h run at any rate keeps ~3 M rows
+# (~0.5 GB before compression) instead of 17 M; the slowest are always kept.
+SAMPLE_FULL_FOR_S = 600.0
+SAMPLE_MIN_SIZE = 10
+
+
+def reservoir_size(elapsed_s: float, full_size: int = DEFAULT_SAMPLE_SIZE) -> int:
+    """Reservoir size per interval per request name, `elapsed_s` into the recording."""
+    if elapsed_s <= SAMPLE_FULL_FOR_S or full_size <= SAMPLE_MIN_SIZE:
+        return full_size
+    return max(SAMPLE_MIN_SIZE, round(full_size * (SAMPLE_FULL_FOR_S / elapsed_s) ** 0.5))
+
+
 # Completion gaps (no request completed while some were in flight) this long or
 # longer are written exactly: a stall of a few hundred ms hides in a 1 s count.
 GAP_RECORDED_NS = 50_000_000
@@ -77,6 +97,7 @@ class _NameInterval:
     error_kinds: Counter[str] = field(default_factory=Counter)
     dispatch_lag_max_ns: int = 0
     seen: int = 0
+    reservoir_size: int = DEFAULT_SAMPLE_SIZE
     reservoir: list[_Sample] = field(default_factory=list)
     slowest: list[tuple[int, int, _Sample]] = field(default_factory=list)  # min-heap
     gaps: list[list[int]] = field(default_factory=list)  # [start_ns, end_ns] ending here
@@ -103,12 +124,15 @@ class LatencyRecorder:
         self._rng = random.Random(f"{seed}:{process}")
         self._hlog: IntervalLogWriter | None = None
         self._load = JsonlWriter(self.run_dir / LOAD_DIR / f"{process}.jsonl")
-        self._requests = JsonlWriter(self.run_dir / REQUESTS_DIR / f"{process}.jsonl")
+        self._requests = JsonlWriter(
+            self.run_dir / REQUESTS_DIR / f"{process}.jsonl", segment_s=SEGMENT_S
+        )
         # interval index -> name -> counters; histograms are per name, reused.
         self._intervals: dict[int, dict[str, _NameInterval]] = {}
         self._hists: dict[tuple[int, str, str], HdrHistogram] = {}
         self._names: list[str] = []
         self._first_open: int | None = None  # lowest interval index not yet written
+        self._first_index: int | None = None  # the first interval recorded
         self._seq = 0
         self.in_flight = 0
         # Since when requests have been in flight with none completing (None: idle).
@@ -117,12 +141,14 @@ class LatencyRecorder:
         self._in_flight_intended: dict[str, Counter[int]] = {}
         self.closed = False
         self.totals: Counter[str] = Counter()
+        self.messages: dict[str, list[str]] = {}  # error kind -> first distinct messages
 
     # --- recording ------------------------------------------------------
     def _bucket(self, t_ns: int) -> int:
         index = t_ns // INTERVAL_NS
         if self._first_open is None:
             self._first_open = index
+            self._first_index = index
         # Something for an interval already written goes into the oldest open one.
         return max(index, self._first_open)
 
@@ -132,7 +158,9 @@ class LatencyRecorder:
             self._names.append(name)
         by_name = self._intervals.setdefault(index, {})
         if name not in by_name:
-            by_name[name] = _NameInterval()
+            assert self._first_index is not None
+            size = reservoir_size(index - self._first_index, self._sample_size)
+            by_name[name] = _NameInterval(reservoir_size=size)
         return index, by_name[name]
 
     def _hist(self, index: int, kind: str, name: str) -> HdrHistogram:
@@ -183,6 +211,7 @@ class LatencyRecorder:
         ok: bool,
         error_kind: str | None = None,
         connection_new: bool = False,
+        error_message: str | None = None,
     ) -> None:
         """A request finished (successfully or not); call once per `started`."""
         self.in_flight = max(0, self.in_flight - 1)
@@ -213,16 +242,31 @@ class LatencyRecorder:
             slot.errors += 1
             slot.error_kinds[kind] += 1
             self.totals["errors"] += 1
+            if error_message:
+                self._keep_message(kind, error_message, done_ns)
         sample = _Sample(intended_ns, sent_ns, done_ns, name, ok, error_kind, connection_new)
         self._sample(slot, sample)
 
+    def _keep_message(self, kind: str, message: str, t_ns: int) -> None:
+        kept = self.messages.get(kind)
+        if kept is None:
+            if len(self.messages) >= MESSAGE_KINDS:
+                return
+            kept = self.messages[kind] = []
+        if len(kept) >= MESSAGES_PER_KIND or message in kept:
+            return
+        kept.append(message)
+        append_event(
+            self.run_dir, "server_error", kind, t_ns=t_ns, message=message, process=self.process
+        )
+
     def _sample(self, slot: _NameInterval, sample: _Sample) -> None:
         slot.seen += 1
-        if len(slot.reservoir) < self._sample_size:
+        if len(slot.reservoir) < slot.reservoir_size:
             slot.reservoir.append(sample)
         else:
             j = self._rng.randrange(slot.seen)
-            if j < self._sample_size:
+            if j < slot.reservoir_size:
                 slot.reservoir[j] = sample
         if self._slowest_kept:
             self._seq += 1

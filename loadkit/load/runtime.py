@@ -18,6 +18,7 @@ Locust's events. Per process it:
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import sys
@@ -35,6 +36,7 @@ from loadkit.load.dispatch import OpenModelDispatcher
 from loadkit.load.recorder import INTERVAL_NS, LatencyRecorder
 from loadkit.load.scenario import (
     ENV_PROCESS,
+    ENV_REQUEST_PLAN,
     ENV_RUN_DIR,
     ENV_SEED,
     ENV_WORKER_COUNT,
@@ -45,6 +47,7 @@ from loadkit.load.scenario import (
     manifest_scenario,
 )
 from loadkit.load.shapes import Phase
+from loadkit.load.sources import RequestPlan
 from loadkit.rundir import RunWriter, append_event
 
 log = logging.getLogger(__name__)
@@ -83,6 +86,7 @@ class LoadRuntime:
         self._start_timer: gevent.Greenlet | None = None
         self.users_registered = 0
         self.shape_done = False
+        self._plan: RequestPlan | None = None
         # Graceful stop: a user finishes its request in flight before it stops.
         timeout = float(self.resolved.params["timeout_s"]) + 1.0
         if self.role != "worker":
@@ -111,6 +115,28 @@ class LoadRuntime:
         if self.role == "worker":
             return f"worker-{self.worker_split()[0]}-{os.getpid()}"
         return "local"
+
+    def request_plan(self, host: str, protocol: str) -> RequestPlan:
+        """What every request carries: the pre-flight's plan, or read from the server.
+
+        `loadkit run` resolves it once (`LOADKIT_REQUEST_PLAN`); under plain
+        `locust -f` the first user reads the model's metadata itself.
+        """
+        if self._plan is None:
+            raw = os.environ.get(ENV_REQUEST_PLAN)
+            if raw:
+                self._plan = RequestPlan.from_json(json.loads(raw))
+            else:
+                from loadkit.kserve.metadata import open_client
+                from loadkit.load.preflight import plan_for
+
+                if protocol == "grpc":
+                    from loadkit.load.transports import init_grpc_gevent
+
+                    init_grpc_gevent()
+                with open_client(host, protocol) as client:
+                    self._plan, _ = plan_for(client, protocol, self.resolved.params)
+        return self._plan
 
     # --- run directory --------------------------------------------------
     def _create_standalone_run(self) -> None:

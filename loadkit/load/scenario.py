@@ -27,6 +27,7 @@ ENV_SEED = "LOADKIT_SEED"
 ENV_WORKER_INDEX = "LOADKIT_WORKER_INDEX"
 ENV_WORKER_COUNT = "LOADKIT_WORKER_COUNT"
 ENV_PROCESS = "LOADKIT_PROCESS_NAME"
+ENV_REQUEST_PLAN = "LOADKIT_REQUEST_PLAN"  # JSON RequestPlan resolved by the pre-flight
 
 MODELS = ("open", "closed")
 PROTOCOLS = ("http", "grpc", "json")
@@ -43,8 +44,16 @@ class Param:
 # Parameters every scenario has; a scenario may override their defaults.
 COMMON_PARAMS: dict[str, Param] = {
     "protocol": Param("http", "http (Triton HTTP), grpc (Triton gRPC) or json (JSON over HTTP)"),
-    "model": Param("ranker", "Triton model name"),
-    "candidates": Param(100, "candidate items per request (the batch a ranker scores)"),
+    "model": Param("", "model name (default: the server's only model)"),
+    "requests": Param(
+        "metadata", "request source: metadata (from the model's metadata and config) or ranker"
+    ),
+    "shape": Param("", "NAME:d1,d2 for inputs with variable dims, space-separated (--shape)"),
+    "int_range": Param("", "NAME:LO,HI for integer inputs, space-separated (default 0,99)"),
+    "string_length": Param(16, "length of synthetic BYTES strings"),
+    "input_data": Param("", "perf_analyzer input-data JSON, or JSON Lines bodies (json)"),
+    "batch_size": Param(1, "rows per request, for models with max_batch_size > 0"),
+    "candidates": Param(100, "ranker model: candidate items per request"),
     "churn": Param(False, "open a new connection for every request (reproduces churn)"),
     "users": Param(0, "Locust users serving arrivals (open) or looping (closed); 0 = auto"),
     "spacing": Param("constant", "arrival spacing: constant or poisson (seeded)"),

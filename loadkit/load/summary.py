@@ -25,6 +25,7 @@ class RunSummary:
     corrected_ms: dict[str, float] = field(default_factory=dict)  # p50, p99, p99.9, max
     service_ms: dict[str, float] = field(default_factory=dict)
     error_kinds: dict[str, int] = field(default_factory=dict)
+    error_messages: dict[str, list[str]] = field(default_factory=dict)  # the server's words
     abort: dict[str, Any] | None = None  # the manifest's `abort` (an --abort-on condition, Ctrl-C)
 
     @property
@@ -38,6 +39,11 @@ class RunSummary:
             return "  ".join(f"{k} {v:.1f}" for k, v in p.items()) + " ms"
 
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.error_kinds.items())) or "none"
+        said = [
+            f"  {kind:<9} the server said: {message}"
+            for kind, messages in sorted(self.error_messages.items())
+            for message in messages
+        ]
         return "\n".join(
             [
                 f"run {self.run_dir} ({self.status})",
@@ -46,6 +52,7 @@ class RunSummary:
                 f"  rate      {self.achieved_per_s:.1f}/s achieved over {self.seconds} s",
                 f"  corrected {fmt(self.corrected_ms)}",
                 f"  service   {fmt(self.service_ms)}",
+                *said,
                 *(
                     [f"  aborted   {self.abort['message']}"]
                     if self.abort and self.abort.get("message")
@@ -91,6 +98,7 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
         corrected_ms=percentiles("corrected"),
         service_ms=percentiles("service"),
         error_kinds=kinds,
+        error_messages=run.error_messages(),
         abort=run.manifest.get("abort"),
         **totals,
     )

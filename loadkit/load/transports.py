@@ -5,7 +5,8 @@ HTTP client is not safe to share and its pool defaults to one connection, so
 a shared client would serialise users and show the queueing as latency.
 With `churn=True` every request opens (and closes) its own connection.
 
-`infer(item_ids, user_features)` returns whether the request opened a new
+`infer(request)` sends one `InferRequest` (named tensors and the requested
+outputs, from `loadkit.load.sources`), returns whether it opened a new
 connection and raises on failure (classified by `loadkit.load.failures`).
 """
 
@@ -20,8 +21,9 @@ import numpy as np
 
 from loadkit.errors import UsageError
 from loadkit.load.failures import HttpStatusError
+from loadkit.load.sources import InferRequest
 
-JsonBody = Callable[[np.ndarray, np.ndarray], Any]
+JsonBody = Callable[[InferRequest], Any]
 
 _grpc_gevent_ready = False
 
@@ -71,24 +73,24 @@ class Transport(ABC):
         self._connected = False
 
     @abstractmethod
-    def _send(self, item_ids: np.ndarray, user_features: np.ndarray) -> None: ...
+    def _send(self, request: InferRequest) -> None: ...
 
     def connect(self) -> None:
         if not self.churn:
             self._open()
 
-    def infer(self, item_ids: np.ndarray, user_features: np.ndarray) -> bool:
+    def infer(self, request: InferRequest) -> bool:
         """Send one request; True if it opened a new connection."""
         if self.churn:
             self._open()
             try:
-                self._send(item_ids, user_features)
+                self._send(request)
             finally:
                 self._close()
             return True
         new = not self._connected
         self._connected = True
-        self._send(item_ids, user_features)
+        self._send(request)
         return new
 
     def close(self) -> None:
@@ -115,15 +117,16 @@ class TritonHttpTransport(Transport):
             ssl=self._ssl,
         )
 
-    def _send(self, item_ids: np.ndarray, user_features: np.ndarray) -> None:
+    def _send(self, request: InferRequest) -> None:
         import tritonclient.http as httpclient
 
-        ids = httpclient.InferInput("ITEM_IDS", list(item_ids.shape), "INT64")
-        ids.set_data_from_numpy(item_ids, binary_data=True)
-        user = httpclient.InferInput("USER_FEATURES", list(user_features.shape), "FP32")
-        user.set_data_from_numpy(user_features, binary_data=True)
-        out = httpclient.InferRequestedOutput("SCORES", binary_data=True)
-        self._client.infer(self.model, [ids, user], outputs=[out])
+        inputs = []
+        for name, datatype, array in request.inputs:
+            tensor = httpclient.InferInput(name, list(array.shape), datatype)
+            tensor.set_data_from_numpy(array, binary_data=True)
+            inputs.append(tensor)
+        outputs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in request.outputs]
+        self._client.infer(self.model, inputs, outputs=outputs or None)
 
 
 class TritonGrpcTransport(Transport):
@@ -148,15 +151,18 @@ class TritonGrpcTransport(Transport):
             ],
         )
 
-    def _send(self, item_ids: np.ndarray, user_features: np.ndarray) -> None:
+    def _send(self, request: InferRequest) -> None:
         import tritonclient.grpc as grpcclient
 
-        ids = grpcclient.InferInput("ITEM_IDS", list(item_ids.shape), "INT64")
-        ids.set_data_from_numpy(item_ids)
-        user = grpcclient.InferInput("USER_FEATURES", list(user_features.shape), "FP32")
-        user.set_data_from_numpy(user_features)
-        out = grpcclient.InferRequestedOutput("SCORES")
-        self._client.infer(self.model, [ids, user], outputs=[out], client_timeout=self.timeout_s)
+        inputs = []
+        for name, datatype, array in request.inputs:
+            tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        outputs = [grpcclient.InferRequestedOutput(n) for n in request.outputs]
+        self._client.infer(
+            self.model, inputs, outputs=outputs or None, client_timeout=self.timeout_s
+        )
 
 
 class JsonHttpTransport(Transport):
@@ -176,11 +182,7 @@ class JsonHttpTransport(Transport):
         scheme, hostport = split_url(url)
         self._base = f"{scheme}://{hostport.split('/', 1)[0]}"
         self._path = path.format(model=model)
-        if body is None:
-            from loadkit.load.payloads import kserve_v2_json
-
-            body = kserve_v2_json
-        self._body = body
+        self._body = body or kserve_v2_json
 
     def _open(self) -> None:
         from geventhttpclient import HTTPClient
@@ -192,14 +194,41 @@ class JsonHttpTransport(Transport):
             network_timeout=self.timeout_s,
         )
 
-    def _send(self, item_ids: np.ndarray, user_features: np.ndarray) -> None:
-        payload = json.dumps(self._body(item_ids, user_features))
+    def _send(self, request: InferRequest) -> None:
+        payload = request.body if request.body is not None else json.dumps(self._body(request))
         response = self._client.post(
             self._path, body=payload, headers={"Content-Type": "application/json"}
         )
         body = response.read()
         if not 200 <= response.status_code < 300:
             raise HttpStatusError(response.status_code, body.decode("utf-8", "replace"))
+
+
+def _json_data(datatype: str, array: np.ndarray) -> list[Any]:
+    if datatype == "BYTES":
+        return [
+            b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b) for b in array.ravel()
+        ]
+    data: list[Any] = array.ravel().tolist()
+    return data
+
+
+def kserve_v2_json(request: InferRequest) -> dict[str, Any]:
+    """The KServe v2 / Open Inference Protocol JSON body for a request."""
+    body: dict[str, Any] = {
+        "inputs": [
+            {
+                "name": name,
+                "shape": list(array.shape),
+                "datatype": datatype,
+                "data": _json_data(datatype, array),
+            }
+            for name, datatype, array in request.inputs
+        ]
+    }
+    if request.outputs:
+        body["outputs"] = [{"name": n} for n in request.outputs]
+    return body
 
 
 def make_transport(

@@ -21,9 +21,9 @@ from gevent import GreenletExit
 from locust import User, constant, task
 from locust.user.users import LOCUST_STATE_STOPPING
 
-from loadkit.load.failures import CANCELLED, classify_failure
-from loadkit.load.payloads import CandidateBatches
+from loadkit.load.failures import CANCELLED, classify_failure, error_message
 from loadkit.load.runtime import LoadRuntime, get_runtime
+from loadkit.load.sources import RequestSource, build_source
 from loadkit.load.transports import JsonBody, Transport, make_transport
 
 _IDLE_SLEEP_S = 0.1  # between checks for a dispatcher, before the first and after the last
@@ -35,11 +35,11 @@ class InferenceUser(User):
     abstract = True
     wait_time = constant(0)
     protocol: str | None = None  # None: the scenario's `protocol` parameter
-    json_body: JsonBody | None = None  # body builder for protocol=json (default KServe v2)
+    json_body: JsonBody | None = None  # InferRequest -> body for protocol=json (default v2)
 
     _runtime: LoadRuntime
     _transport: Transport
-    _payloads: CandidateBatches
+    _source: RequestSource
     _idle = False  # blocked in the dispatcher's take(): nothing in flight
 
     def on_start(self) -> None:
@@ -51,10 +51,11 @@ class InferenceUser(User):
         self._protocol = protocol
         self._churn = bool(params["churn"])
         body = type(self).json_body
+        plan = runtime.request_plan(self.host or "", protocol)
         self._transport = make_transport(
             protocol,
             self.host or "",
-            str(params["model"]),
+            plan.model,
             timeout_s=float(params["timeout_s"]),
             churn=self._churn,
             json_path=str(params["json_path"]),
@@ -62,7 +63,7 @@ class InferenceUser(User):
         )
         self._transport.connect()
         stream = runtime.register_user()
-        self._payloads = CandidateBatches(int(params["candidates"]), runtime.seed, stream)
+        self._source = build_source(plan, runtime.seed, stream)
 
     def stop(self, force: bool = False) -> bool:
         # An idle user (blocked waiting for an arrival) has no request to finish: stop it now,
@@ -99,7 +100,7 @@ class InferenceUser(User):
     def send_one(self, intended_mono: float | None, intended_ns: int | None) -> None:
         """Send one request and record it; `None` intended time means "now" (closed model)."""
         recorder = self._runtime.get_recorder()
-        item_ids, user_features = self._payloads.next()
+        request = self._source.next()
         sent_mono = time.monotonic()
         if intended_mono is None or intended_ns is None:
             intended_mono, intended_ns = sent_mono, time.time_ns()
@@ -110,15 +111,17 @@ class InferenceUser(User):
         error: BaseException | None = None
         connection_new = self._churn
         try:
-            connection_new = self._transport.infer(item_ids, user_features)
+            connection_new = self._transport.infer(request)
         except GreenletExit:
             self._record(recorder, intended_mono, intended_ns, sent_mono, CANCELLED, connection_new)
             raise
         except Exception as exc:  # every failure is classified and counted
             error = exc
-        kind = classify_failure(error) if error is not None else None
+        kind = message = None
+        if error is not None:
+            kind, message = classify_failure(error), error_message(error)
         done_mono = self._record(
-            recorder, intended_mono, intended_ns, sent_mono, kind, connection_new
+            recorder, intended_mono, intended_ns, sent_mono, kind, connection_new, message
         )
         self.environment.events.request.fire(
             request_type=self._protocol.upper(),
@@ -137,6 +140,7 @@ class InferenceUser(User):
         sent_mono: float,
         error_kind: str | None,
         connection_new: bool,
+        message: str | None = None,
     ) -> float:
         done_mono = time.monotonic()
         recorder.completed(
@@ -147,6 +151,7 @@ class InferenceUser(User):
             ok=error_kind is None,
             error_kind=error_kind,
             connection_new=connection_new,
+            error_message=message,
         )
         return done_mono
 

@@ -45,7 +45,12 @@ def build_context(run: Run, analysis: Analysis) -> dict[str, Any]:
         "verdict": _verdict(analysis),
         "numbers": _numbers(analysis),
         "error_kinds": [
-            {"kind": kind, "count": n, "text": fmt.count(n)}
+            {
+                "kind": kind,
+                "count": n,
+                "text": fmt.count(n),
+                "messages": list(analysis.overall.error_messages.get(kind, [])),
+            }
             for kind, n in sorted(
                 analysis.overall.error_kinds.items(), key=lambda kv: (-kv[1], kv[0])
             )
@@ -69,6 +74,8 @@ def build_context(run: Run, analysis: Analysis) -> dict[str, Any]:
         "model_configs": _model_configs(manifest),
         "notes": _notes(run, analysis),
         "figures": _figures(analysis),
+        "overview_window_s": analysis.overview.window_s if analysis.overview else None,
+        "zooms": [{k: v for k, v in z.items() if k != "figure"} for z in _zooms(analysis)],
         "report_version": __version__,
     }
 
@@ -384,6 +391,24 @@ def _soak(analysis: Analysis) -> dict[str, Any] | None:
             }
             for t in s.trends
         ],
+        "findings": [
+            {
+                "drift": f.drift,
+                "title": f.title,
+                "severity": f.severity,
+                "summary": f.summary,
+                "action": f.action,
+                "evidence": [
+                    {
+                        "label": ev.name.replace("_", " "),
+                        "text": fmt.with_unit(ev.value, ev.unit),
+                        "note": ev.note,
+                    }
+                    for ev in f.evidence
+                ],
+            }
+            for f in s.findings
+        ],
     }
 
 
@@ -527,6 +552,99 @@ def _spans(analysis: Analysis) -> list[Span]:
     return spans
 
 
+# Episodes drawn at full resolution beside a long run's minute overview, and the
+# seconds of context on either side of each.
+ZOOM_EPISODES = 3
+ZOOM_MARGIN_S = 120.0
+
+
+def _overview_timeline(analysis: Analysis) -> Timeline | None:
+    """The whole of a long run at minute resolution (analysis.overview), or None."""
+    o = getattr(analysis, "overview", None)
+    if o is None:
+        return None
+    return Timeline(
+        t_s=o.t_s,
+        latency_ms={label: o.corrected.percentile(name) for name, label in PERCENTILES},
+        slo_p99_ms=slo_threshold(analysis, "p99"),
+        offered_rps=o.offered_rps,
+        achieved_rps=o.throughput_rps,
+        spans=_spans(analysis),
+        gpu_util_pct=o.gpu_util_pct,
+        sm_clock_mhz=o.gpu_sm_clock_mhz,
+        sm_clock_max_mhz=o.gpu_sm_clock_max_mhz,
+        temp_c=o.gpu_temp_c,
+        power_w=o.gpu_power_w,
+        power_limit_w=o.gpu_power_limit_w,
+        gpu_simulated=analysis.run.gpu_kind == "simulated",
+        cpu_busiest_core_pct=o.cpu_core_max_pct,
+        cpu_mean_pct=o.cpu_mean_pct,
+        cgroup_throttled_pct=o.cgroup_throttled_pct,
+        queue_ms=o.queue_ms_per_request,
+        compute_ms=o.compute_ms_per_request,
+    )
+
+
+def _zoom(full: Timeline, lo_s: float, hi_s: float) -> Timeline:
+    """The windows of `full` between two times (a selection: nothing is recomputed)."""
+    keep = [i for i, t in enumerate(full.t_s) if lo_s <= t < hi_s]
+
+    def cut(values: Any) -> Any:
+        if values is None:
+            return None
+        return [values[i] for i in keep]
+
+    return Timeline(
+        t_s=cut(full.t_s),
+        latency_ms={k: cut(v) for k, v in full.latency_ms.items()},
+        slo_p99_ms=full.slo_p99_ms,
+        offered_rps=cut(full.offered_rps),
+        achieved_rps=cut(full.achieved_rps),
+        spans=[s for s in full.spans if s.end_s > lo_s and s.start_s < hi_s],
+        gpu_util_pct=cut(full.gpu_util_pct),
+        sm_clock_mhz=cut(full.sm_clock_mhz),
+        sm_clock_max_mhz=cut(full.sm_clock_max_mhz),
+        temp_c=cut(full.temp_c),
+        power_w=cut(full.power_w),
+        power_limit_w=cut(full.power_limit_w),
+        gpu_simulated=full.gpu_simulated,
+        cpu_per_core_pct=[cut(core) for core in full.cpu_per_core_pct]
+        if full.cpu_per_core_pct
+        else None,
+        cpu_busiest_core_pct=cut(full.cpu_busiest_core_pct),
+        cpu_mean_pct=cut(full.cpu_mean_pct),
+        cgroup_throttled_pct=cut(full.cgroup_throttled_pct),
+        batch_sizes=full.batch_sizes,
+        batch_executions=[cut(row) for row in full.batch_executions]
+        if full.batch_executions
+        else None,
+        queue_ms=cut(full.queue_ms),
+        compute_ms=cut(full.compute_ms),
+    )
+
+
+def _zooms(analysis: Analysis) -> list[dict[str, Any]]:
+    """Full-resolution timelines around a long run's largest P99 episodes."""
+    if getattr(analysis, "overview", None) is None:
+        return []
+    full = _timeline(analysis)
+    largest = sorted(analysis.episodes_for("p99"), key=lambda e: -(e.peak_ms or 0.0))
+    out = []
+    for i, e in enumerate(sorted(largest[:ZOOM_EPISODES], key=lambda e: e.start_s), start=1):
+        out.append(
+            {
+                "name": f"zoom_{i}",
+                "episode": e.episode_id,
+                "at": fmt.clock(e.start_s),
+                "peak": fmt.ms(e.peak_ms),
+                "figure": _zoom(
+                    full, e.start_s - ZOOM_MARGIN_S, e.start_s + e.duration_s + ZOOM_MARGIN_S
+                ),
+            }
+        )
+    return out
+
+
 def _timeline(analysis: Analysis) -> Timeline:
     w = analysis.windows
     tel = analysis.telemetry
@@ -570,8 +688,10 @@ def _batch_phases(analysis: Analysis) -> BatchPhasePlot | None:
 
 def _figures(analysis: Analysis) -> dict[str, Any]:
     n = analysis.nines
+    zooms = {z["name"]: z["figure"] for z in _zooms(analysis)}
     return {
-        "timeline": _timeline(analysis),
+        "timeline": _overview_timeline(analysis) or _timeline(analysis),
+        **zooms,
         "nines": NinesPlot(
             distributions=[
                 Distribution("corrected (from intended send)", n.percentiles, n.corrected_ms),

@@ -84,6 +84,7 @@ def build_document(run: Run, analysis: Analysis, html_path: str | None = None) -
             "dropped": o.dropped,
             "dropped_pct": o.dropped_pct,
             "error_kinds": dict(o.error_kinds),
+            "error_messages": {k: list(v) for k, v in o.error_messages.items()},
             "p50_ms": c.p50_ms,
             "p90_ms": c.p90_ms,
             "p95_ms": c.p95_ms,

@@ -79,6 +79,11 @@ def render_context(ctx: dict[str, Any], html_url: str | None = None) -> str:
         )
         lines.append(f"Errors by kind: {kinds}")
         lines.append("")
+        for e in ctx["error_kinds"]:
+            for message in e["messages"]:
+                lines.append(f"- {md_escape(e['kind'])}: the server said {md_escape(message)}")
+        if any(e["messages"] for e in ctx["error_kinds"]):
+            lines.append("")
     if ctx["story"]:
         # One paragraph that starts with our own words: no outside text begins a line.
         lines.append("**What happened:** " + " ".join(md_escape(s) for s in ctx["story"]))
@@ -107,6 +112,16 @@ def render_context(ctx: dict[str, Any], html_url: str | None = None) -> str:
         lines.append(f"   - Episodes: {ids or 'none'}{more}")
         lines.append(f"   - **Action:** {md_escape(f['action'])}")
     if ctx["findings"]:
+        lines.append("")
+    soak = ctx.get("soak")
+    if soak and soak["findings"]:
+        lines.append("### Soak drift")
+        lines.append("")
+        for f in soak["findings"]:
+            lines.append(
+                f"- **{md_escape(f['title'])}** ({md_escape(f['severity'])}): {md_escape(f['summary'])}"
+            )
+            lines.append(f"   - **Action:** {md_escape(f['action'])}")
         lines.append("")
     for r in ctx["recoveries"]:
         lines.append(

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 # History:
 #   1 (loadkit 0.1.0): first version.
-SCHEMA_VERSION = 1
-KNOWN_SCHEMA_VERSIONS = (1,)
+#   2: long series (requests/, telemetry/) rolled into hourly segments, closed ones
+#      gzip-compressed (`<name>.seg<NNNN>.jsonl.gz`); the request sample's reservoir
+#      shrinks as the run grows. Version 1 directories read unchanged.
+SCHEMA_VERSION = 2
+KNOWN_SCHEMA_VERSIONS = (1, 2)
 
 MANIFEST_FILE = "manifest.json"
 EVENTS_FILE = "events.jsonl"

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 from functools import cached_property
 from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from loadkit.errors import RunFormatError
@@ -30,12 +32,14 @@ from loadkit.rundir.layout import (
     REQUESTS_DIR,
     TELEMETRY_DIR,
 )
+from loadkit.rundir.segments import open_series_text, series_files
 
 log = logging.getLogger(__name__)
 
 
 # Lines parsed per chunk: one `json.loads` call for the whole chunk when every line parses.
 CHUNK_LINES = 8192
+COMPACT_ROWS = 65_536
 _MISSING = float("nan")  # what `pd.DataFrame(rows)` puts where a row lacks a key
 
 
@@ -75,10 +79,23 @@ def _parse_lines(
 
 
 def iter_jsonl_chunks(path: Path, warnings: list[str]) -> Iterator[list[dict[str, Any]]]:
-    """Rows of a JSON Lines file, a chunk at a time; bad lines are skipped with a warning."""
-    with open(path, encoding="utf-8", errors="replace") as f:
+    """Rows of a JSON Lines file (or compressed segment), a chunk at a time.
+
+    Bad lines are skipped with a warning; a compressed segment that is cut short
+    or corrupted yields what it could decompress, with a warning.
+    """
+    with open_series_text(path) as f:
         lineno = 1
-        while lines := list(islice(f, CHUNK_LINES)):
+        while True:
+            try:
+                lines = list(islice(f, CHUNK_LINES))
+            except (EOFError, OSError, zlib.error) as exc:
+                msg = f"{path.name}: compressed segment unreadable after line {lineno - 1} ({exc})"
+                log.warning(msg)
+                warnings.append(msg)
+                return
+            if not lines:
+                return
             yield _parse_lines(path, lines, lineno, warnings)
             lineno += len(lines)
 
@@ -99,8 +116,14 @@ class _Columns:
     """
 
     def __init__(self, keep: frozenset[str] | None = None) -> None:
-        self.columns: dict[str, list[Any]] = {}
+        self.columns: dict[str, list[Any]] = {}  # values not yet packed, per column
+        # Numeric columns are packed into numpy arrays every COMPACT_ROWS rows: a
+        # Python float is 32 bytes in a list, 8 in an array (a 24 h GPU series at
+        # 10 Hz is 864,000 rows x 27 columns: ~0.8 GB as lists).
+        self.packed: dict[str, list[np.ndarray]] = {}
+        self.objects: set[str] = set()  # columns seen holding a non-number: never packed
         self.rows = 0
+        self.pending = 0
         self.keep = keep
 
     def add(self, rows: list[dict[str, Any]]) -> None:
@@ -123,11 +146,52 @@ class _Columns:
             for key, column in columns.items():
                 column.extend([row.get(key, _MISSING) for row in rows])
         self.rows += len(rows)
+        self.pending += len(rows)
+        if self.pending >= COMPACT_ROWS:
+            self._pack()
+
+    def _pack(self) -> None:
+        for key, values in self.columns.items():
+            if key in self.objects or not values:
+                continue
+            array = _numeric_array(values)
+            if array is None:
+                self.objects.add(key)
+                parts = self.packed.pop(key, [])
+                if parts:  # back to values, as they would have been
+                    self.columns[key] = [v for p in parts for v in p.tolist()] + values
+                continue
+            self.packed.setdefault(key, []).append(array)
+            self.columns[key] = []
+        self.pending = 0
 
     def frame(self) -> pd.DataFrame:
         if not self.columns:
             return pd.DataFrame([{}] * self.rows)
-        return pd.DataFrame(self.columns)
+        if self.packed:
+            self._pack()
+        data: dict[str, Any] = {}
+        for key, values in self.columns.items():
+            parts = self.packed.get(key)
+            data[key] = np.concatenate(parts) if parts and not values else values
+        return pd.DataFrame(data)
+
+
+def _numeric_array(values: list[Any]) -> np.ndarray | None:
+    """`values` as the numpy column pandas would infer from them, when they are all numbers.
+
+    ints -> int64; ints, floats and None -> float64 (None as NaN, as pandas does);
+    anything else (bools, strings, lists, dicts, ints beyond int64) -> None.
+    """
+    types = set(map(type, values))
+    try:
+        if types <= {int}:
+            return np.array(values, dtype=np.int64)
+        if types <= {int, float, type(None)}:
+            return np.array(values, dtype=np.float64)
+    except OverflowError:
+        return None
+    return None
 
 
 def _frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -187,29 +251,43 @@ class Run:
         if not path.exists():
             self.warnings.append(f"no {what} ({path.relative_to(self.path)} is missing)")
             return pd.DataFrame()
-        return self._read_frame([path], process_column=False)
+        return self._read_frame([(path.stem, path)], process_column=False)
+
+    def _series_files(self, dirname: str) -> dict[str, list[Path]]:
+        """Each series of a folder (process or source name) and its files, segments first."""
+        cache: dict[str, dict[str, list[Path]]] = self.__dict__.setdefault("_files_cache", {})
+        if dirname not in cache:
+            cache[dirname] = series_files(self.path / dirname)
+        return cache[dirname]
 
     def _jsonl_dir_frame(
         self, dirname: str, what: str, columns: Iterable[str] | None = None
     ) -> pd.DataFrame:
-        folder = self.path / dirname
-        files = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+        files = [
+            (stem, path) for stem, paths in self._series_files(dirname).items() for path in paths
+        ]
         if not files:
             self._warn_once(f"no {what} ({dirname}/ is missing or empty)")
             return pd.DataFrame()
         return self._read_frame(files, process_column=True, columns=columns)
 
     def _read_frame(
-        self, files: list[Path], process_column: bool, columns: Iterable[str] | None = None
+        self,
+        files: list[tuple[str, Path]],
+        process_column: bool,
+        columns: Iterable[str] | None = None,
     ) -> pd.DataFrame:
-        """Rows of `files` in one frame sorted by t_ns; `process` (the file stem) where absent."""
+        """Rows of `files` ((series name, path) pairs) in one frame sorted by t_ns.
+
+        `process` (the series name: the file name without segment number and
+        suffix) is added where a row lacks it.
+        """
         wanted = None if columns is None else list(dict.fromkeys(columns))
         # t_ns is always read: rows are dropped and sorted by it, whatever is kept.
         keep = None if wanted is None else frozenset([*wanted, "t_ns"])
         gathered = _Columns(keep)
         add_process = process_column and (keep is None or "process" in keep)
-        for file in files:
-            process = file.stem
+        for process, file in files:
             warnings: list[str] = []
             for rows in iter_jsonl_chunks(file, warnings):
                 if add_process:
@@ -226,6 +304,19 @@ class Run:
     @cached_property
     def events(self) -> pd.DataFrame:
         return self._jsonl_frame(self.path / EVENTS_FILE, "events log")
+
+    def error_messages(self, per_kind: int = 3) -> dict[str, list[str]]:
+        """The servers' own words per error kind (`server_error` events), first few distinct."""
+        events = self.events
+        out: dict[str, list[str]] = {}
+        if events.empty or "kind" not in events.columns or "message" not in events.columns:
+            return out
+        rows = events[events["kind"] == "server_error"].sort_values("t_ns", kind="stable")
+        for kind, message in zip(rows["name"], rows["message"], strict=True):
+            kept = out.setdefault(str(kind), [])
+            if isinstance(message, str) and message not in kept and len(kept) < per_kind:
+                kept.append(message)
+        return out
 
     @cached_property
     def load_intervals(self) -> pd.DataFrame:
@@ -283,19 +374,27 @@ class Run:
             self.warnings.append(msg)
 
     def series_names(self) -> list[str]:
-        folder = self.path / TELEMETRY_DIR
-        return sorted(p.stem for p in folder.glob("*.jsonl")) if folder.is_dir() else []
+        return list(self._series_files(TELEMETRY_DIR))
 
     def has_series(self, source: str) -> bool:
-        return (self.path / TELEMETRY_DIR / f"{source}.jsonl").exists()
+        return source in self._series_files(TELEMETRY_DIR)
+
+    def series_file_paths(self, source: str) -> list[Path]:
+        """The files of one telemetry series, in time order (closed segments, then live)."""
+        return list(self._series_files(TELEMETRY_DIR).get(source, []))
 
     def series(self, source: str) -> pd.DataFrame:
         """A telemetry series (`gpu`, `host`, `triton_stats`, ...); empty frame if absent."""
         cache: dict[str, pd.DataFrame] = self.__dict__.setdefault("_series_cache", {})
         if source not in cache:
-            cache[source] = self._jsonl_frame(
-                self.path / TELEMETRY_DIR / f"{source}.jsonl", f"{source} telemetry"
-            )
+            files = self.series_file_paths(source)
+            if not files:
+                self.warnings.append(
+                    f"no {source} telemetry ({TELEMETRY_DIR}/{source}.jsonl is missing)"
+                )
+                cache[source] = pd.DataFrame()
+            else:
+                cache[source] = self._read_frame([(source, f) for f in files], process_column=False)
         return cache[source]
 
     def analysis(self) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ run killed with SIGKILL keeps everything up to its last flush.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -21,8 +22,11 @@ from loadkit.rundir.layout import (
     SCHEMA_VERSION,
     TELEMETRY_DIR,
 )
+from loadkit.rundir.segments import SEGMENT_S, parse_series_file, segment_name
 
 FLUSH_INTERVAL_S = 0.5
+# Bytes of a closed segment compressed per flush: ~2 ms of zlib, twice a second.
+COMPRESS_STEP_BYTES = 128 * 1024
 
 # Monotonic clock for flush scheduling only; aliased so tests can patch it.
 timer = time.monotonic
@@ -46,39 +50,112 @@ def dumps_row(row: dict[str, Any]) -> str:
     return json.dumps(row, separators=(",", ":"), default=_json_default, allow_nan=False)
 
 
+class _SegmentCompressor:
+    """Compresses one closed segment into `.gz`, a bounded piece per step.
+
+    In steps, not at once: the writer runs inside the load generator's event
+    loop or a sampler's tick, and an hour of request samples (~130 MB) takes
+    seconds to compress, which would stall either.
+    """
+
+    def __init__(self, plain: Path):
+        self.plain = plain
+        self.target = plain.with_name(plain.name + ".gz")
+        self.tmp = plain.with_name(plain.name + ".gz.tmp")
+        self._src: IO[bytes] = open(plain, "rb")  # noqa: SIM115
+        self._dst = gzip.open(self.tmp, "wb", compresslevel=6)  # noqa: SIM115
+
+    def step(self, budget: int = COMPRESS_STEP_BYTES) -> bool:
+        """Compress up to `budget` more bytes; True once the segment is whole and swapped in."""
+        data = self._src.read(budget)
+        if data:
+            self._dst.write(data)
+            return False
+        self._dst.close()
+        self._src.close()
+        os.replace(self.tmp, self.target)
+        self.plain.unlink()
+        return True
+
+    def finish(self) -> None:
+        while not self.step(1 << 24):
+            pass
+
+
 class JsonlWriter:
-    """Append-only JSON Lines file with time-based flushing.
+    """Append-only JSON Lines file with time-based flushing, optionally rolled into segments.
 
     Rows are buffered by the OS file object and flushed when the last flush is
     older than `flush_interval_s` (checked on every write), on `flush()` and on
     `close()`. Callers that may go quiet for long should call `flush()` from
     their periodic tick (the load recorder and samplers do).
+
+    With `segment_s`, every `segment_s` the file is closed as a numbered segment
+    and compressed a piece per flush (loadkit/rundir/segments.py); the live
+    rows always go to `path`.
     """
 
-    def __init__(self, path: str | os.PathLike[str], flush_interval_s: float = FLUSH_INTERVAL_S):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        flush_interval_s: float = FLUSH_INTERVAL_S,
+        segment_s: float | None = None,
+    ):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
         self._flush_interval_s = flush_interval_s
         self._last_flush = timer()
+        self._segment_s = segment_s
+        self._segment_started = self._last_flush
+        self._stem = self.path.name.removesuffix(".jsonl")
+        self._pending: list[_SegmentCompressor] = []
 
     def write(self, row: dict[str, Any]) -> None:
         if self._file is None:
             raise ValueError(f"{self.path} is closed")
         self._file.write(dumps_row(row) + "\n")
-        if timer() - self._last_flush >= self._flush_interval_s:
+        now = timer()
+        if self._segment_s is not None and now - self._segment_started >= self._segment_s:
+            self._roll(now)
+        elif now - self._last_flush >= self._flush_interval_s:
             self.flush()
+
+    def _next_seq(self) -> int:
+        seqs = [
+            parsed[1]
+            for p in self.path.parent.iterdir()
+            if (parsed := parse_series_file(p.name)) and parsed[0] == self._stem and parsed[1]
+        ]
+        return max(seqs, default=0) + 1
+
+    def _roll(self, now: float) -> None:
+        """Close the live file as the next segment, start a new one, queue the compression."""
+        assert self._file is not None
+        self._file.flush()
+        self._file.close()
+        closed = self.path.with_name(segment_name(self._stem, self._next_seq()))
+        os.replace(self.path, closed)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._pending.append(_SegmentCompressor(closed))
+        self._segment_started = now
+        self._last_flush = now
 
     def flush(self) -> None:
         if self._file is not None:
             self._file.flush()
             self._last_flush = timer()
+        if self._pending and self._pending[0].step():
+            self._pending.pop(0)
 
     def close(self) -> None:
         if self._file is not None:
             self._file.flush()
             self._file.close()
             self._file = None
+        for pending in self._pending:
+            pending.finish()
+        self._pending.clear()
 
     def __enter__(self) -> JsonlWriter:
         return self
@@ -202,7 +279,9 @@ class RunWriter:
     def series(self, source: str) -> JsonlWriter:
         """The telemetry series `telemetry/<source>.jsonl` (opened once)."""
         if source not in self._series:
-            self._series[source] = JsonlWriter(self.path / TELEMETRY_DIR / f"{source}.jsonl")
+            self._series[source] = JsonlWriter(
+                self.path / TELEMETRY_DIR / f"{source}.jsonl", segment_s=SEGMENT_S
+            )
         return self._series[source]
 
     def event(self, kind: str, name: str, **attrs: Any) -> None:

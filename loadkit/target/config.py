@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -18,6 +18,9 @@ from string import Template
 from loadkit.errors import UsageError
 
 MODEL_NAME = "ranker"
+# Other shipped models, served on request (`EmbeddedTriton(extra_models=...)`,
+# `loadkit target --model NAME`): their config is static, not a template.
+EXTRA_MODELS = ("doc_ranker",)
 USER_DIM = 16  # must match USER_DIM in model_repository/ranker/1/model.py
 
 # Simulated accelerator time: a batch of 8 takes 2000 + 8 * 250 us = 4 ms.
@@ -84,11 +87,24 @@ def render_config(settings: ModelSettings) -> str:
     )
 
 
-def write_repository(dest: Path, settings: ModelSettings) -> Path:
-    """Create `dest/ranker/{config.pbtxt,1/model.py}`; return `dest` (the repository root)."""
+def write_repository(dest: Path, settings: ModelSettings, extra_models: Sequence[str] = ()) -> Path:
+    """Create `dest/ranker/{config.pbtxt,1/model.py}` (and each extra model's copy).
+
+    Returns `dest` (the repository root).
+    """
     text = render_config(settings)
     model_dir = dest / MODEL_NAME
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(template_dir() / "1" / "model.py", model_dir / "1" / "model.py")
     (model_dir / "config.pbtxt").write_text(text, encoding="utf-8")
+    for name in extra_models:
+        if name not in EXTRA_MODELS:
+            raise UsageError(
+                f"no shipped model {name!r}",
+                hint=f"shipped: {', '.join((MODEL_NAME, *EXTRA_MODELS))}",
+            )
+        source = template_dir().parent / name
+        shutil.copytree(
+            source, dest / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
+        )
     return dest

@@ -4,7 +4,9 @@
 a new session (so the Python backend stubs it forks share its process group),
 waits until the server and the `ranker` model are ready, and on `stop()` (or at
 interpreter exit) sends SIGTERM to that PID, then SIGKILL to that process group.
-It never looks processes up by name.
+It never looks processes up by name. If we die instead (SIGKILL included), the
+kernel kills the server (PR_SET_PDEATHSIG) and a watcher kills its group, stubs
+included (`loadkit.lifeline`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import IO, Any
 
 import psutil
 
+from loadkit import lifeline
 from loadkit.errors import TargetError
 from loadkit.target import diagnose
 from loadkit.target.config import MODEL_NAME, ModelSettings, write_repository
@@ -91,6 +94,7 @@ class EmbeddedTriton:
         exit_timeout_s: int = 2,
         stop_timeout_s: float = 8.0,
         metrics_interval_ms: int = 1000,
+        extra_models: tuple[str, ...] = (),
     ) -> None:
         self.settings = ModelSettings(
             max_batch_size=max_batch_size,
@@ -108,6 +112,7 @@ class EmbeddedTriton:
         self._log_file: IO[bytes] | None = None
         self._workdir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._guard: lifeline.GroupGuard | None = None
         self.startup_timeout_s = startup_timeout_s
         # Triton waits this long for open client connections and in-flight requests
         # on SIGTERM; load generators keep connections open, so keep it short.
@@ -115,6 +120,12 @@ class EmbeddedTriton:
         # ... and we wait this long after SIGTERM before SIGKILL.
         self.stop_timeout_s = max(stop_timeout_s, exit_timeout_s + 2.0)
         self.metrics_interval_ms = metrics_interval_ms
+        self.extra_models = tuple(extra_models)
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """Every model this server serves: `ranker` and the extra ones."""
+        return (self.model_name, *self.extra_models)
 
     # ----------------------------------------------------------------- addresses
     def _port(self, service: str) -> int:
@@ -172,7 +183,9 @@ class EmbeddedTriton:
         self._workdir = Path(tempfile.mkdtemp(prefix="loadkit-triton-"))
         ok = False
         try:
-            repository = write_repository(self._workdir / "model_repository", self.settings)
+            repository = write_repository(
+                self._workdir / "model_repository", self.settings, self.extra_models
+            )
             backends = make_backend_dir(runtime, self._workdir / "backends")
             env = server_environment(runtime)
             ephemeral = any(port == 0 for port in self._requested_ports.values())
@@ -231,8 +244,9 @@ class EmbeddedTriton:
             f"--exit-timeout-secs={self.exit_timeout_s}",
         ]
         try:
-            self._proc = subprocess.Popen(
+            self._proc = lifeline.popen(
                 cmd,
+                death_signal=signal.SIGKILL,
                 stdin=subprocess.DEVNULL,
                 stdout=self._log_file,
                 stderr=subprocess.STDOUT,
@@ -245,6 +259,7 @@ class EmbeddedTriton:
                 f"cannot execute {binary}: {exc.strerror}",
                 hint="the nvidia-pytriton wheel supports Linux x86_64/aarch64 with glibc >= 2.35",
             ) from None
+        self._guard = lifeline.GroupGuard(self._proc.pid)
 
     def _read_log(self) -> str:
         if self._log_path is None or not self._log_path.exists():
@@ -255,14 +270,14 @@ class EmbeddedTriton:
         assert self._proc is not None
         deadline = time.monotonic() + self.startup_timeout_s
         server_ready = f"{self.http_url}/v2/health/ready"
-        model_ready = f"{self.http_url}/v2/models/{self.model_name}/ready"
+        models_ready = [f"{self.http_url}/v2/models/{name}/ready" for name in self.model_names]
         while True:
             returncode = self._proc.poll()
             if returncode is not None:
                 raise diagnose.startup_error(
                     self._read_log(), self.model_name, returncode, str(self._log_path)
                 )
-            if _is_ok(server_ready) and _is_ok(model_ready):
+            if _is_ok(server_ready) and all(_is_ok(url) for url in models_ready):
                 return
             if time.monotonic() > deadline:
                 text = self._read_log()
@@ -302,6 +317,9 @@ class EmbeddedTriton:
         deadline = time.monotonic() + 5.0
         while group_members(pgid) and time.monotonic() < deadline:
             time.sleep(_POLL_S)
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            guard.release()
 
     def _cleanup(self, keep_log: bool) -> None:
         if self._log_file is not None:
@@ -318,12 +336,15 @@ class EmbeddedTriton:
         """Server metadata and model config, as the run manifest's `environment.server`."""
         try:
             meta = _get_json(f"{self.http_url}/v2")
-            config = _get_json(f"{self.http_url}/v2/models/{self.model_name}/config")
+            configs = {
+                name: _get_json(f"{self.http_url}/v2/models/{name}/config")
+                for name in self.model_names
+            }
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise TargetError(f"cannot read metadata from {self.http_url}: {exc}") from None
         return {
             "name": meta.get("name"),
             "version": meta.get("version"),
             "extensions": meta.get("extensions", []),
-            "models": {self.model_name: config},
+            "models": configs,
         }

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from loadkit.rundir.layout import TELEMETRY_DIR
+from loadkit.rundir.segments import SEGMENT_S
 from loadkit.rundir.writer import JsonlWriter, append_event
 from loadkit.telemetry.base import Sampler, SourceUnavailable
 
@@ -112,7 +113,9 @@ def sampler_main(spec: SamplerSpec, run_dir: str) -> int:
         report_status("unavailable", message)
         return 0
     report_status("ok")
-    writer = JsonlWriter(Path(run_dir) / TELEMETRY_DIR / f"{spec.source}.jsonl")
+    writer = JsonlWriter(
+        Path(run_dir) / TELEMETRY_DIR / f"{spec.source}.jsonl", segment_s=SEGMENT_S
+    )
     try:
         run_loop(sampler, writer, spec.interval_s, should_stop=stop.wait, run_dir=Path(run_dir))
     finally:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from loadkit import lifeline
 from loadkit.rundir.writer import append_event, now_ns
 from loadkit.telemetry.http import HttpGetError, KeepAliveGetter
 from loadkit.telemetry.process import StopFlag
@@ -255,7 +256,8 @@ def start_simulated_gpu(
         "--config",
         config_to_json(config),
     ]
-    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    # SIGTERM when we die: the runner logs the open intervals' ends and exits.
+    process = lifeline.popen(argv, death_signal=signal.SIGTERM, stdin=subprocess.DEVNULL)
     if run_dir is not None:
         append_event(
             run_dir,

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadkit import lifeline
 from loadkit.errors import UsageError
 from loadkit.rundir.layout import TELEMETRY_DIR
 from loadkit.telemetry.gpu import DEFAULT_GPU_INTERVAL_S, GPU_CHOICES, probe_fake_nvml, probe_nvml
@@ -57,7 +58,14 @@ def _spawn_sampler(spec: SamplerSpec, run_dir: Path) -> subprocess.Popen[str]:
         "--spec",
         json.dumps(asdict(spec)),
     ]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    # SIGTERM when we die: the sampler flushes what it has and exits.
+    return lifeline.popen(
+        argv,
+        death_signal=signal.SIGTERM,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _signal(proc: subprocess.Popen[str], sig: int) -> None:
@@ -147,12 +155,13 @@ class SamplerSet:
     # --- state ------------------------------------------------------------
     def _poll(self) -> None:
         for child in self.children:
-            if child.status != "starting" or child.process.stdout is None:
+            stdout = child.process.stdout
+            if child.status != "starting" or stdout is None or stdout.closed:
                 continue
-            ready, _, _ = select.select([child.process.stdout], [], [], 0)
+            ready, _, _ = select.select([stdout], [], [], 0)
             if not ready:
                 continue
-            line = child.process.stdout.readline()
+            line = stdout.readline()
             try:
                 report = json.loads(line)
                 child.status, child.warning = report["status"], report.get("message")

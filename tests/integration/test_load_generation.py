@@ -382,7 +382,13 @@ def _layout(run_dir: Path) -> dict[str, Any]:
     files = [p.relative_to(run_dir) for p in run_dir.rglob("*") if p.is_file()]
     return {
         "files": sorted(str(p) for p in files if p.parts[0] != "logs"),
-        "manifest": sorted(keys(json.loads((run_dir / "manifest.json").read_text()))),
+        # environment.server and target.requests come from `loadkit run`'s pre-flight
+        # request, which plain `locust -f` does not make (yet)
+        "manifest": sorted(
+            k
+            for k in keys(json.loads((run_dir / "manifest.json").read_text()))
+            if not k.startswith(("environment.server", "target.requests"))
+        ),
         "load": sorted(run.load_intervals.columns),
         "requests": sorted(run.request_samples.columns),
         "events": sorted(run.events.columns),

@@ -31,7 +31,7 @@ def test_loadkit_error_becomes_error_and_hint_lines(
         raise RunFormatError("reports/x has no manifest.json", hint="pass a run directory")
 
     parser = cli.build_parser()
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda only=None: parser)
     # Route any subcommand to the failing runner.
     args = parser.parse_args([])
     args._run = failing

@@ -138,7 +138,7 @@ def test_examples_are_collected_from_every_source() -> None:
 def test_an_unknown_flag_fails_the_check() -> None:
     # the bug this test exists for: a printed hint with a flag loadkit does not have
     with pytest.raises(SystemExit):
-        _check("loadkit run burst_2x --target http://127.0.0.1:8000 --model ranker")
+        _check("loadkit run burst_2x --target http://127.0.0.1:8000 --models ranker")
     with pytest.raises(AssertionError):
         _check("loadkit run scenarios/steady.py --target http://127.0.0.1:8000")
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import time
 
 import gevent
-import numpy as np
 
 from loadkit.load.dispatch import Arrival, ArrivalQueue, OpenModelDispatcher
-from loadkit.load.payloads import CandidateBatches
 from loadkit.load.shapes import Constant
 
 
@@ -106,17 +104,3 @@ def test_dispatcher_drops_arrivals_older_than_the_bound_and_stop_releases_users(
     assert waiting.get(timeout=1) is None
     assert dispatcher.finished
     assert dispatcher.take() is None
-
-
-def test_candidate_batches_are_reproducible_read_only_rows_across_blocks() -> None:
-    a = CandidateBatches(100, seed=7, stream=3)
-    b = CandidateBatches(100, seed=7, stream=3)
-    other = CandidateBatches(100, seed=7, stream=4)
-    rows = [a.next() for _ in range(50)]  # several blocks
-    for ids, user in rows:
-        assert ids.shape == (1, 100) and ids.dtype == np.int64
-        assert user.shape == (1, 16) and user.dtype == np.float32
-        assert not ids.flags.writeable and ids.flags.c_contiguous
-    assert all(np.array_equal(r[0], b.next()[0]) for r in rows)
-    assert not np.array_equal(rows[0][0], other.next()[0])
-    assert len({int(r[0][0, 0]) for r in rows}) == 50  # every request draws fresh ids

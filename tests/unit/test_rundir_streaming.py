@@ -45,12 +45,13 @@ def _reference(rows: list[dict[str, object]]) -> pd.DataFrame:
     return df.sort_values("t_ns", kind="stable").reset_index(drop=True)
 
 
-@pytest.mark.parametrize("chunk_lines", [1, 2, 3, 8192])
+@pytest.mark.parametrize("chunk_lines,compact_rows", [(1, 1), (2, 2), (3, 65_536), (8192, 1)])
 def test_chunked_frames_equal_one_dataframe_of_all_rows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_lines: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_lines: int, compact_rows: int
 ) -> None:
     # GIVEN a telemetry file with mixed rows, a corrupted line and a blank line
     monkeypatch.setattr(reader_module, "CHUNK_LINES", chunk_lines)
+    monkeypatch.setattr(reader_module, "COMPACT_ROWS", compact_rows)
     run = _run(tmp_path)
     lines = [json.dumps(r) + "\n" for r in MIXED_ROWS]
     lines.insert(2, "{broken\n")
@@ -134,3 +135,28 @@ def test_no_interval_logs_is_one_warning(tmp_path: Path) -> None:
     assert list(loaded.iter_latency_intervals()) == []
     assert loaded.latency_intervals == []
     assert sum("no latency histograms" in w for w in loaded.warnings) == 1
+
+
+@pytest.mark.parametrize("compact_rows", [1, 3, 7, 65_536])
+def test_numeric_columns_packed_as_they_go_give_the_same_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compact_rows: int
+) -> None:
+    # GIVEN columns that stay ints, turn float, get nulls, gain a key late, or turn text late
+    monkeypatch.setattr(reader_module, "CHUNK_LINES", 2)
+    monkeypatch.setattr(reader_module, "COMPACT_ROWS", compact_rows)
+    rows: list[dict[str, object]] = []
+    for i in range(20):
+        row: dict[str, object] = {"t_ns": T0 + 20 - i, "ints": i, "big": 2**62 + i}
+        row["mixed"] = i if i < 8 else (i + 0.5 if i < 14 else None)
+        row["flag"] = i % 2 == 0
+        row["late_text"] = i if i < 17 else "text"
+        if i >= 11:
+            row["late_key"] = i * 1.5
+        rows.append(row)
+    run = _run(tmp_path)
+    _write_lines(run.path / "telemetry" / "host.jsonl", [json.dumps(r) + "\n" for r in rows])
+    # THEN the frame and its dtypes are those of one DataFrame of all rows
+    frame = load_run(run.path).series("host")
+    pd.testing.assert_frame_equal(frame, _reference(rows))
+    assert frame["ints"].dtype == "int64" and frame["mixed"].dtype == "float64"
+    assert frame["late_text"].dtype == object and frame["flag"].dtype == bool

@@ -24,6 +24,8 @@ from loadkit.analysis.causes.base import (
     median,
     na,
 )
+from loadkit.analysis.causes.cgroup_throttling import CGROUP_THROTTLED_PCT
+from loadkit.analysis.causes.cpu_saturation import BUSY_CORES_SHARE
 from loadkit.analysis.gaps import min_gap_s
 from loadkit.analysis.model import CAUSE_PROCESS_STALL, Evidence
 
@@ -58,6 +60,21 @@ def _gap_signature(sig: Signals, baseline: np.ndarray) -> Signature:
         lag_s = np.nan_to_num(sig.dispatch_lag_ms, nan=0.0) / 1000.0
         generator_windows = (longest > 0) & (lag_s >= GENERATOR_LAG_SHARE * longest)
         holds[generator_windows] = 0.0
+    # A gap while the server's CPU was taken from it (cores saturated, or its
+    # cgroup throttled, where that is not the usual state of the run) is CPU
+    # starvation: cpu_saturation's or cgroup_throttling's, not a stop.
+    starved = np.zeros(sig.n, dtype=bool)
+    host = sig.host
+    if host is not None and host.has_per_core:
+        busy = np.nan_to_num(host.busy_core_frac, nan=0.0) >= BUSY_CORES_SHARE
+        if (median(host.busy_core_frac, baseline) or 0.0) < BUSY_CORES_SHARE:
+            starved |= busy
+    if host is not None and host.has_cgroup:
+        throttled = np.nan_to_num(host.cgroup_throttled_pct, nan=0.0) >= CGROUP_THROTTLED_PCT
+        if (median(host.cgroup_throttled_pct, baseline) or 0.0) < CGROUP_THROTTLED_PCT:
+            starved |= throttled
+    starved &= longest > 0
+    holds[starved] = 0.0
     lengths = (gaps.spans_ns[:, 1] - gaps.spans_ns[:, 0]) / NS if len(gaps.spans_ns) else None
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
@@ -74,6 +91,12 @@ def _gap_signature(sig: Signals, baseline: np.ndarray) -> Signature:
             Evidence("stall_shortest", float(lengths.min()) if lengths is not None else None, "s"),
             Evidence("stall_threshold", threshold, "s", "max(0.2 s, 5x median service time)"),
             Evidence("stall_windows_in_baseline", float((base & (holds > 0)).sum()), "windows"),
+            Evidence(
+                "cpu_starved_gap_windows",
+                float(starved.sum()),
+                "windows",
+                "gaps while the CPU or the cgroup quota was taken (left to those causes)",
+            ),
             Evidence(
                 "generator_stall_windows",
                 float(generator_windows.sum()),

@@ -141,3 +141,91 @@ def test_a_stall_grows_the_server_side_and_without_server_statistics_says_so(ana
     assert a.breakdown is not None and a.breakdown.source == "client only"
     assert [c.name for c in a.breakdown.components] == ["generator_lag", "server_side"]
     assert all(e.grew == "server_side" for e in a.episodes_for("p99"))
+
+
+def _signals(n: int = 12):
+    from loadkit.analysis.causes.base import Signals
+
+    return Signals(
+        window_s=1.0,
+        starts_ns=np.arange(n, dtype=np.int64) * S,
+        p99_ms=np.full(n, 6.0),
+        service_p50_ms=np.full(n, 4.0),
+        completed=np.full(n, 150.0),
+        offered_rps=np.full(n, 150.0),
+        throughput_rps=np.full(n, 150.0),
+        in_flight=np.ones(n),
+        gpu=None,
+        host=None,
+        triton=None,
+        samples=None,
+        max_batch_size=32,
+        max_queue_delay_ms=0.5,
+        burst_mask=np.zeros(n, dtype=bool),
+    )
+
+
+def test_a_hot_gpu_that_keeps_its_clock_is_not_thermal_throttling():
+    from loadkit.analysis.causes import gpu_clock_thermal
+    from loadkit.analysis.telemetry import GpuSeries
+
+    n = 12
+    sig = _signals(n)
+    full = np.full(n, 1980.0)
+    sig.gpu = GpuSeries(
+        sm_clock_mhz=full,
+        sm_clock_max_mhz=full,
+        clock_ratio_busy=np.ones(n),
+        temp_c=np.full(n, 92.0),  # hot all the time ...
+        power_w=np.full(n, 300.0),
+        power_limit_w=np.full(n, 700.0),
+        util_pct=np.full(n, 60.0),
+        mem_used_bytes=np.full(n, 1e9),
+        mem_total_bytes=8e10,
+        thermal_reason=np.ones(n),  # ... with the thermal bit set, but the clock holds
+        power_reason=np.zeros(n),
+        has_reasons=True,
+    )
+    s = gpu_clock_thermal.signature(sig, np.ones(n, dtype=bool))
+    assert s.holds is not None and np.nansum(s.holds) == 0
+
+
+def test_busy_cores_while_arrivals_burst_are_the_burst_not_a_noisy_neighbour():
+    from loadkit.analysis.causes import cpu_saturation
+    from tests.unit.analysis.test_attribution_overlaps import _host
+
+    n = 12
+    sig = _signals(n)
+    host = _host(n, 0.0, None)
+    host.has_per_core = True
+    host.busy_core_frac = np.zeros(n)
+    host.busy_core_frac[[4, 5, 8]] = 1.0
+    sig.host = host
+    sig.offered_rps[4:6] = 600.0  # the server works through a burst: its cores are busy
+    s = cpu_saturation.signature(sig, np.array([True] * 4 + [False] * 2 + [True] * 6))
+    assert s.holds is not None and np.nonzero(s.holds > 0)[0].tolist() == [8]
+
+
+def test_a_gap_while_the_cpu_is_taken_is_cpu_starvation_not_a_stall():
+    from loadkit.analysis.causes import process_stall
+    from tests.unit.analysis.test_attribution_overlaps import _host
+
+    n = 12
+    sig = _signals(n)
+    # GIVEN gaps of 0.6 s in windows 3 and 8; the cores are saturated only in window 8
+    sig.gaps = CompletionGaps(
+        np.array([[3 * S + S // 5, 3 * S + 4 * S // 5], [8 * S + S // 5, 8 * S + 4 * S // 5]]),
+        "test",
+    )
+    host = _host(n, 0.0, None)
+    host.has_per_core = True
+    host.busy_core_frac = np.zeros(n)
+    host.busy_core_frac[8] = 1.0
+    sig.host = host
+    s = process_stall.signature(sig, np.ones(n, dtype=bool))
+    # THEN only the gap on an otherwise idle CPU is a stall
+    assert s.holds is not None and np.nonzero(s.holds > 0)[0].tolist() == [3]
+    # ... and on a host busy all run long, the CPU does not explain either gap
+    host.busy_core_frac = np.ones(n)
+    s = process_stall.signature(sig, np.ones(n, dtype=bool))
+    assert s.holds is not None and np.nonzero(s.holds > 0)[0].tolist() == [3, 8]

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from loadkit.analysis.align import NS
 from loadkit.analysis.episodes import (
@@ -86,3 +87,25 @@ def test_hot_runs_merge_gap():
     hot = np.array([1, 1, 0, 1, 0, 0, 1], dtype=bool)
     assert hot_runs(hot, merge_gap=1) == [(0, 4), (6, 7)]
     assert hot_runs(hot, merge_gap=0) == [(0, 2), (3, 4), (6, 7)]
+
+
+@pytest.mark.parametrize("window", [61, 15, 13])
+def test_vectorized_quiet_mad_equals_pandas_rolling_apply(window):
+    import pandas as pd
+
+    from loadkit.analysis.episodes import _mad, _rolling_quiet_mad
+
+    rng = np.random.default_rng(window)
+    v = rng.lognormal(2.0, 0.4, 2000)
+    v[rng.integers(0, v.size, 400)] = np.nan
+    v[700:760] = np.nan  # a gap longer than the window: no data nearby
+    v[rng.integers(0, v.size, 100)] *= 5  # one-sided spikes
+    min_periods = max(1, window // 4)
+    expected = np.array(
+        pd.Series(v).rolling(window, center=True, min_periods=min_periods).apply(_mad, raw=True)
+    )
+    got = _rolling_quiet_mad(v, window, min_periods)
+    half = window // 2
+    full = slice(half, v.size - half)  # every full centered window (edges: the caller's)
+    np.testing.assert_allclose(got[full], expected[full], rtol=0, atol=1e-12, equal_nan=True)
+    assert np.isnan(got[700:760]).any()

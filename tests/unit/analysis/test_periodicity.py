@@ -102,3 +102,12 @@ def test_sawtooth_riding_on_a_plateau_keeps_its_cycles():
     assert len(episodes) < 8
     assert result.periodic, result.reason
     assert abs(result.period_s - 10.0) < 0.5
+
+
+def test_fft_autocorrelation_equals_the_direct_sum():
+    from loadkit.analysis.periodicity import autocorrelation
+
+    x = np.random.default_rng(3).normal(size=3000) + np.sin(np.arange(3000) / 7.0)
+    centered = x - x.mean()
+    direct = np.correlate(centered, centered, mode="full")[x.size - 1 :] / centered.dot(centered)
+    np.testing.assert_allclose(autocorrelation(x), direct, rtol=0, atol=1e-12)

@@ -15,6 +15,7 @@ import pytest
 
 from loadkit.analysis import analyze_run
 from loadkit.analysis.align import make_grid
+from loadkit.analysis.drift import _blocks
 from loadkit.analysis.percentiles import (
     MIN_REQUESTS_FOR_P99,
     WIDEN_TO_S,
@@ -25,7 +26,7 @@ from loadkit.analysis.percentiles import (
 )
 from loadkit.analysis.pipeline import REQUEST_SAMPLE_COLUMNS
 from loadkit.analysis.telemetry import align_request_samples
-from loadkit.analysis.verdicts import _thinned, rolling_p99
+from loadkit.analysis.verdicts import rolling_p99
 from loadkit.rundir import Run, load_run, new_histogram
 from loadkit.testing.synthetic import FaultWindow, RunSpec, write_run
 
@@ -154,13 +155,13 @@ def test_whole_run_numbers_equal_the_library_merge(runs):
 def test_long_trends_are_thinned_to_medians_short_ones_are_not():
     x = np.arange(5000, dtype=float)
     y = 2.0 * x + np.random.default_rng(0).normal(0, 5, x.size)
-    same_y, same_x = _thinned(y[:3000], x[:3000], 3600)
+    same_y, same_x = _blocks(y[:3000], x[:3000], 3600)
     assert same_y is not None and np.array_equal(same_y, y[:3000]) and same_x.size == 3000
-    thin_y, thin_x = _thinned(y, x, 1000)
+    thin_y, thin_x = _blocks(y, x, 1000)
     assert thin_y.size == thin_x.size == 1000
     assert thin_x[0] == np.median(x[:5]) and thin_y[-1] == np.median(y[-5:])
     slope = np.polyfit(thin_x, thin_y, 1)[0]
     assert abs(slope - 2.0) < 0.01
     # a length that does not divide evenly keeps every point
-    odd_y, odd_x = _thinned(y[:4001], x[:4001], 1000)
+    odd_y, odd_x = _blocks(y[:4001], x[:4001], 1000)
     assert odd_x.size == 801 and odd_x[-1] == x[4000] and odd_y[-1] == y[4000]

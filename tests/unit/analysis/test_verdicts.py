@@ -1,13 +1,13 @@
 import numpy as np
 import pytest
 
+from loadkit.analysis.drift import SoakSignals, soak_drift
 from loadkit.analysis.model import LatencySummary, OverallStats
 from loadkit.analysis.verdicts import (
     alerts,
     parse_slo,
     resolve_slo,
     slo_verdict,
-    soak_drift,
 )
 from loadkit.errors import UsageError
 from loadkit.testing.synthetic import Burst, RunSpec
@@ -113,7 +113,22 @@ def test_soak_drift_projects_memory_exhaustion():
     rng = np.random.default_rng(0)
     mem = 20e9 + 1e6 * t + rng.normal(0, 1e7, t.size)  # +3.6 GB/h
     p50 = 5.0 + rng.normal(0, 0.1, t.size)
-    soak = soak_drift(t, mem, 80e9, None, None, p50, 1.0)
+    flat = np.full(t.size, 100.0)
+
+    def signals(n: int) -> SoakSignals:
+        return SoakSignals(
+            t_s=t[:n],
+            window_s=1.0,
+            p50_ms=p50[:n],
+            throughput_rps=flat[:n],
+            offered_rps=flat[:n],
+            errors=np.zeros(n),
+            completed=flat[:n],
+            gpu_mem_used_bytes=mem[:n],
+            gpu_mem_total_bytes=80e9,
+        )
+
+    soak = soak_drift(signals(t.size))
     assert soak is not None
     trend = {x.metric: x for x in soak.trends}
     gpu = trend["gpu_mem_used_bytes"]
@@ -123,4 +138,4 @@ def test_soak_drift_projects_memory_exhaustion():
         not trend["latency_floor_ms"].significant
         or abs(trend["latency_floor_ms"].slope_per_hour) < 0.5
     )
-    assert soak_drift(t[:300], mem[:300], 80e9, None, None, p50[:300], 1.0) is None  # too short
+    assert soak_drift(signals(300)) is None  # too short

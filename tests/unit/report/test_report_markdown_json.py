@@ -17,7 +17,8 @@ JSON_TOP_KEYS = {
 }  # fmt: skip
 JSON_NUMBER_KEYS = {
     "duration_s", "offered_rps", "achieved_rps", "requests_offered", "requests_completed",
-    "requests_ok", "errors", "error_pct", "dropped", "dropped_pct", "error_kinds", "p50_ms",
+    "requests_ok", "errors", "error_pct", "dropped", "dropped_pct", "error_kinds", "error_messages",
+    "p50_ms",
     "p90_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "service_p50_ms", "service_p99_ms",
     "service_p999_ms",
 }  # fmt: skip
