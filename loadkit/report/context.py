@@ -277,6 +277,15 @@ def _finding(finding: Finding, analysis: Analysis) -> dict[str, Any]:
     }
 
 
+BREAKDOWN_LABELS = {
+    "generator_lag": "generator lag",
+    "client_network": "client + network",
+    "server_queue": "server queue",
+    "server_compute": "server compute",
+    "server_side": "server side",
+}
+
+
 def _sorted_episodes(episodes: Sequence[SpikeEpisode]) -> list[SpikeEpisode]:
     order = {p: i for i, (p, _) in enumerate(PERCENTILES)}
     return sorted(episodes, key=lambda e: (order.get(e.percentile, 9), e.start_ns))
@@ -296,6 +305,12 @@ def _episode(e: SpikeEpisode) -> dict[str, Any]:
         "baseline_ms": e.baseline_ms,
         "ratio": f"{fmt.sig(e.peak_ratio, 2)}×",
         "causes": list(e.causes),
+        # where the time went: the latency part that grew most (analysis breakdown)
+        "grew": (
+            f"{BREAKDOWN_LABELS.get(e.grew, e.grew)} +{fmt.ms(e.grew_ms)}"
+            if e.grew and e.grew_ms is not None
+            else ""
+        ),
     }
 
 

@@ -229,3 +229,12 @@ def test_a_gap_while_the_cpu_is_taken_is_cpu_starvation_not_a_stall():
     host.busy_core_frac = np.ones(n)
     s = process_stall.signature(sig, np.ones(n, dtype=bool))
     assert s.holds is not None and np.nonzero(s.holds > 0)[0].tolist() == [3, 8]
+
+
+def test_the_report_shows_where_the_time_went_per_episode(analyze_spec):
+    from loadkit.report.context import _episode
+
+    slow = tuple(W(12 + 9 * k, 15 + 9 * k, 2.5) for k in range(7))
+    a = analyze_spec(RunSpec(duration_s=80, rate_rps=400, model_slowdowns=slow), "slow-model")
+    row = _episode(a.episodes_for("p99")[0])
+    assert row["grew"].startswith("server compute +")
