@@ -67,3 +67,11 @@ def collect_host() -> dict[str, Any]:
         "cgroup_cpu_quota_cores": _cgroup_cpu_quota(),
         "memory_bytes": psutil.virtual_memory().total,
     }
+
+
+def run_environment() -> dict[str, Any]:
+    """`manifest.environment` of a run, however it was started; odd hosts never fail a run."""
+    try:
+        return {"host": collect_host()}
+    except Exception:  # noqa: BLE001 - metadata is best effort
+        return {"host": {}}

@@ -11,7 +11,6 @@ hot runs separated by short gaps are one episode.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -79,15 +78,21 @@ def _rolling_quiet_mad(v: np.ndarray, window: int, min_periods: int) -> np.ndarr
     if n < window:
         return out
     rows = np.lib.stride_tricks.sliding_window_view(v, window)
-    mads = np.empty(len(rows))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows: NaN, as pandas
-        for a in range(0, len(rows), _MAD_CHUNK_ROWS):
-            chunk = rows[a : a + _MAD_CHUNK_ROWS]
-            m = np.nanmedian(chunk, axis=1, keepdims=True)
-            below = np.where(chunk <= m, m - chunk, np.nan)
-            mads[a : a + len(chunk)] = np.nanmedian(below, axis=1)
+    mads = np.full(len(rows), np.nan)
     counts = np.count_nonzero(~np.isnan(rows), axis=1)
+    for a in range(0, len(rows), _MAD_CHUNK_ROWS):
+        # Each window sorted once (NaNs last): its median m is the middle of its
+        # k values, the values <= m are its first j, and the median of m - x over
+        # them is m minus their middle (m - x falls as x rises).
+        ordered = np.sort(rows[a : a + _MAD_CHUNK_ROWS], axis=1)
+        k = counts[a : a + len(ordered)]
+        has = k > 0
+        r = np.flatnonzero(has)
+        kk = k[has]
+        m = (ordered[r, (kk - 1) // 2] + ordered[r, kk // 2]) / 2
+        j = np.count_nonzero(ordered[r] <= m[:, None], axis=1)
+        quiet_mid = (ordered[r, (j - 1) // 2] + ordered[r, j // 2]) / 2
+        mads[a + r] = m - quiet_mid
     half = window // 2  # pandas' centered window for index i starts at i - window // 2
     out[half : half + len(rows)] = np.where(counts >= min_periods, mads, np.nan)
     return out

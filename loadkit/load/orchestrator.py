@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from loadkit import lifeline
+from loadkit.environment import run_environment
 from loadkit.errors import LoadkitError, TargetError, UsageError
 from loadkit.load.catalog import resolve_scenario
 from loadkit.load.describe import describe_scenario
@@ -56,6 +57,7 @@ from loadkit.load.scenario import (
     ENV_SEED,
     ENV_WORKER_COUNT,
     ENV_WORKER_INDEX,
+    manifest_scenario,
 )
 from loadkit.rundir import RunWriter
 
@@ -107,15 +109,6 @@ def _free_port() -> int:
     with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _host_environment() -> dict[str, Any]:
-    try:
-        from loadkit.environment import collect_host
-
-        return {"host": collect_host()}
-    except Exception:  # the lead's module may be missing or fail on odd hosts
-        return {"host": {}}
 
 
 def _requests_manifest(plan: Mapping[str, Any], latency_ms: float | None) -> dict[str, Any]:
@@ -378,7 +371,7 @@ def run_scenario(
     resolved_params: dict[str, Any] = info["params"]
     preflight: dict[str, Any] = info["preflight"]
     plan: dict[str, Any] = preflight["plan"]
-    environment = _host_environment()
+    environment = run_environment()
     environment["server"] = preflight["server"]
     endpoint = MetricsEndpoint(*serve_metrics) if serve_metrics is not None else None
     try:
@@ -386,19 +379,7 @@ def run_scenario(
             out_dir=out_dir,
             run_id=run_id,
             kind="load",
-            scenario={
-                "name": info["name"],
-                "path": str(scenario_path),
-                "params": resolved_params,
-                "model": info["model"],
-                "shape": info["shape"],
-                "duration_s": info["duration_s"],
-                "peak_rate": info["peak_rate"],
-                "users": info["users"],
-                "seed": seed,
-                "workers": workers,
-                "worker_split": "every N-th arrival (worker i takes arrivals k with k % N == i)",
-            },
+            scenario=manifest_scenario(info, path=str(scenario_path), seed=seed, workers=workers),
             target={
                 "url": target_url,
                 "protocol": resolved_params.get("protocol"),

@@ -31,6 +31,7 @@ from locust import LoadTestShape, events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from loadkit.environment import run_environment
 from loadkit.load import webui
 from loadkit.load.dispatch import OpenModelDispatcher
 from loadkit.load.recorder import INTERVAL_NS, LatencyRecorder
@@ -44,6 +45,7 @@ from loadkit.load.scenario import (
     ResolvedScenario,
     Scenario,
     current_scenario,
+    manifest_scenario,
 )
 from loadkit.load.shapes import Phase
 from loadkit.load.sources import RequestPlan
@@ -144,10 +146,14 @@ class LoadRuntime:
         locustfile = str(getattr(options, "locustfile", "") or "")
         host = self.environment.host or ""
         params = self.resolved.params
+        runner = self.environment.runner
+        workers = runner.worker_count if isinstance(runner, MasterRunner) else 0
         self.owned_run = RunWriter.create(
             out_dir="reports",
             kind="load",
-            scenario={"name": self.scenario.name, "path": locustfile, "params": dict(params)},
+            scenario=manifest_scenario(
+                self.resolved.describe(), path=locustfile, seed=self.seed, workers=workers
+            ),
             target={
                 "url": host,
                 "protocol": params["protocol"],
@@ -155,9 +161,11 @@ class LoadRuntime:
                 "embedded": False,
             },
             slo=self.scenario.slo,
+            environment=run_environment(),
             command_line=list(sys.argv),
         )
         self.owned_run.add_note("recorded by `locust -f` without `loadkit run`")
+        self.owned_run.update(abort_on=[], abort=None)  # no run guard without `loadkit run`
         self.run_dir = self.owned_run.path
 
     def on_test_start(self) -> None:

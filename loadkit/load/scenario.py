@@ -129,6 +129,26 @@ class ResolvedScenario:
         }
 
 
+def manifest_scenario(
+    info: Mapping[str, Any], *, path: str, seed: int, workers: int
+) -> dict[str, Any]:
+    """`manifest.scenario` from `ResolvedScenario.describe()`: one definition for `loadkit run`
+    and plain `locust -f`, so both record the same keys."""
+    return {
+        "name": info["name"],
+        "path": path,
+        "params": dict(info["params"]),
+        "model": info["model"],
+        "shape": info["shape"],
+        "duration_s": info["duration_s"],
+        "peak_rate": info["peak_rate"],
+        "users": info["users"],
+        "seed": seed,
+        "workers": workers,
+        "worker_split": "every N-th arrival (worker i takes arrivals k with k % N == i)",
+    }
+
+
 @dataclass
 class Scenario:
     """What a scenario file declares. See docs/scenarios.md."""

@@ -6,12 +6,14 @@ Each test uses one short window (about 1-2 s) and waits on conditions with deadl
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -81,22 +83,76 @@ def test_stall_stops_the_process_and_always_resumes_it(
     assert 0.9e9 <= ends[0]["t_ns"] - starts[0]["t_ns"] <= 2.0e9
 
 
+def _busy_share(before: Any, after: Any) -> float:
+    """Share of the host's CPU time that was busy between two psutil.cpu_times() readings."""
+    total = sum(after) - sum(before)
+    idle = (after.idle - before.idle) + (after.iowait - before.iowait)
+    return (total - idle) / total if total > 0 else 0.0
+
+
+class MeasuredCpuBurn(CpuBurn):
+    """CpuBurn that reads the host's CPU times before and during its window, and each
+    burner's scheduler statistics just before the window ends (the burners are still alive)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.host_before_pct = self.host_during_pct = math.nan
+        self.window_s = math.nan
+        self.burners: dict[int, tuple[float, float]] = {}  # pid -> (on CPU, runnable) in s
+
+    def _prepare(self) -> None:
+        super()._prepare()
+        self._cpu0 = psutil.cpu_times()
+
+    def _begin(self) -> dict[str, Any]:
+        cpu = psutil.cpu_times()
+        self.host_before_pct = 100 * _busy_share(self._cpu0, cpu)
+        attrs = super()._begin()
+        self._cpu1, self._t1 = psutil.cpu_times(), time.monotonic()
+        return attrs
+
+    def _end(self) -> None:
+        if self._burners:
+            self.window_s = time.monotonic() - self._t1
+            self.host_during_pct = 100 * _busy_share(self._cpu1, psutil.cpu_times())
+            for pid in self.pids:
+                # /proc/PID/schedstat: ns on a CPU, ns waiting on a run queue, time slices
+                on_cpu, waiting, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+                self.burners[pid] = (int(on_cpu) / 1e9, (int(on_cpu) + int(waiting)) / 1e9)
+        super()._end()
+
+
 def test_cpu_burn_saturates_the_host_and_leaves_no_process(tmp_path: Path) -> None:
-    fault = CpuBurn(FaultSchedule(duration_s=2.0, first_start_s=0.0), run_dir=tmp_path)
+    # GIVEN one 2 s window, 1 s after the start (the host's CPU is measured in that second)
+    fault = MeasuredCpuBurn(FaultSchedule(duration_s=2.0, first_start_s=1.0), run_dir=tmp_path)
     with fault:
-        assert wait_for(lambda: fault.active)
+        assert wait_for(lambda: fault.active, 10.0)
         pids = fault.pids
-        assert len(pids) == fault.processes
-        procs = [psutil.Process(pid) for pid in pids]
-        psutil.cpu_percent(None)  # the first reading is meaningless
-        time.sleep(1.0)
-        host_pct = psutil.cpu_percent(None)
-        burned_s = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
-        assert fault.join(5.0)
-    assert host_pct >= 80.0, f"host CPU only {host_pct}% with {len(pids)} burners"
-    assert burned_s >= 0.5, f"burners used only {burned_s:.2f} s of CPU"
+        assert fault.join(10.0)
+    print(
+        f"\nhost CPU busy {fault.host_before_pct:.0f}% before, {fault.host_during_pct:.0f}% "
+        f"during a {fault.window_s:.2f} s window; burners (on CPU s, runnable s): {fault.burners}"
+    )
+    # THEN there was one burner per core, and each wanted a CPU for the whole window:
+    # on a CPU or waiting for one, never sleeping (on a busy host its share of the CPU
+    # shrinks, the time it was runnable does not)
+    assert sorted(fault.burners) == sorted(pids) and len(pids) == fault.processes
+    for pid, (on_cpu_s, runnable_s) in fault.burners.items():
+        assert runnable_s >= 0.95 * fault.window_s, (
+            f"burner {pid} was runnable {runnable_s:.2f} s of a {fault.window_s:.2f} s window"
+        )
+        assert on_cpu_s > 0.0
+    # and the host had no idle CPU during the window, whatever its load before
+    assert fault.host_during_pct >= 95.0, (
+        f"host CPU {fault.host_during_pct:.0f}% busy during the window "
+        f"({fault.host_before_pct:.0f}% before)"
+    )
+    # and the window lasted its schedule, as logged, and no burner is left
+    events = fault_events(tmp_path, "cpu-burn")
+    assert [r["action"] for r in events] == ["start", "end"]
+    logged_s = (events[1]["t_ns"] - events[0]["t_ns"]) / 1e9
+    assert 1.0 <= fault.window_s <= logged_s <= 2.5, (fault.window_s, logged_s)
     assert not any(psutil.pid_exists(pid) for pid in pids)
-    assert [r["action"] for r in fault_events(tmp_path, "cpu-burn")] == ["start", "end"]
 
 
 def test_cpu_burn_at_a_higher_priority_gets_its_own_autogroup(tmp_path: Path) -> None:

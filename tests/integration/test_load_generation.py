@@ -363,42 +363,81 @@ def test_http_reuses_one_connection_per_user(triton: Any, tmp_path: Path) -> Non
     assert 1 <= int(samples["connection_new"].sum()) <= 5
 
 
+def _layout(run_dir: Path) -> dict[str, Any]:
+    """What a run directory holds, without the values: its files, the manifest's keys (nested)
+    and each series' columns."""
+
+    def keys(value: Any, prefix: str = "") -> set[str]:
+        if not isinstance(value, dict):
+            return set()
+        out = set()
+        for key, sub in value.items():
+            out.add(prefix + key)
+            out |= keys(sub, prefix + key + ".")
+        return out
+
+    run = load_run(run_dir)
+    # logs/ holds the output of the processes `loadkit run` started; under plain `locust -f`
+    # that output goes to the user's terminal.
+    files = [p.relative_to(run_dir) for p in run_dir.rglob("*") if p.is_file()]
+    return {
+        "files": sorted(str(p) for p in files if p.parts[0] != "logs"),
+        # environment.server and target.requests come from `loadkit run`'s pre-flight
+        # request, which plain `locust -f` does not make (yet)
+        "manifest": sorted(
+            k
+            for k in keys(json.loads((run_dir / "manifest.json").read_text()))
+            if not k.startswith(("environment.server", "target.requests"))
+        ),
+        "load": sorted(run.load_intervals.columns),
+        "requests": sorted(run.request_samples.columns),
+        "events": sorted(run.events.columns),
+        # `pending` histograms exist only for intervals that ended with requests in flight
+        "latency": sorted({h.tag for h in run.latency_intervals if h.kind != "pending"}),
+    }
+
+
 def test_plain_locust_command_records_the_same_files(triton: Any, tmp_path: Path) -> None:
-    # GIVEN a scenario run by plain `locust -f` (no loadkit orchestrator, no LOADKIT_RUN_DIR)
-    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "burst_2x.py"
+    # GIVEN one scenario, 50/s for 4 s, run by `loadkit run` and by plain `locust -f`
+    # (no loadkit orchestrator, no LOADKIT_RUN_DIR)
+    scenario = SCENARIOS / "burst_2x.py"
+    params = {"base_rate": 50, "steady_s": 4, "rise_s": 0, "hold_s": 0, "fall_s": 0, "recover_s": 0}
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOADKIT_")}
-    params = json.dumps(
-        {"base_rate": 50, "steady_s": 4, "rise_s": 0, "hold_s": 0, "fall_s": 0, "recover_s": 0}
-    )
-    env["LOADKIT_PARAMS"] = params
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "locust",
-            "-f",
-            str(scenario),
-            "--headless",
-            "--host",
-            triton.http_url,
-            "--only-summary",
-            "--loglevel",
-            "WARNING",
-        ],
-        cwd=tmp_path,
+    orchestrated = subprocess.run(
+        [sys.executable, "-m", "loadkit.cli", "run", str(scenario), "--target", triton.http_url]
+        + [arg for k, v in params.items() for arg in ("--set", f"{k}={v}")]
+        + ["--out", str(tmp_path), "--run-id", "orchestrated", "--no-telemetry", "--no-progress"],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    # THEN it made its own run directory under ./reports with the same pieces
-    runs = [p for p in (tmp_path / "reports").iterdir() if (p / "manifest.json").exists()]
-    assert len(runs) == 1, proc.stderr[-2000:]
-    run = load_run(runs[0])
-    assert run.status == "complete"
-    ok = int(run.load_intervals["ok"].sum())
-    assert 150 <= ok <= 250  # 50/s for about 4 s
-    kinds = {h.kind for h in run.latency_intervals}
-    assert {"corrected", "service"} <= kinds <= {"corrected", "service", "pending"}
-    assert not run.request_samples.empty
+    assert orchestrated.returncode == 0, orchestrated.stderr[-2000:]
+    plain_cwd = tmp_path / "plain"
+    plain_cwd.mkdir()
+    plain = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(scenario), "--headless"]
+        + ["--host", triton.http_url, "--only-summary", "--loglevel", "WARNING"],
+        cwd=plain_cwd,
+        env={**env, "LOADKIT_PARAMS": json.dumps(params)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    # THEN the plain command made its own run directory under ./reports
+    runs = [p for p in (plain_cwd / "reports").iterdir() if (p / "manifest.json").exists()]
+    assert len(runs) == 1, plain.stderr[-2000:]
+    # with the same files, manifest keys and series columns as `loadkit run`
+    orchestrated_dir, plain_dir = tmp_path / "orchestrated", runs[0]
+    assert _layout(plain_dir) == _layout(orchestrated_dir)
+    # and both recorded the schedule exactly: every arrival offered, sent and answered
+    for run_dir in (orchestrated_dir, plain_dir):
+        totals = summarize_run(run_dir)
+        print(f"\n{run_dir.name}: {totals.offered} offered, {totals.ok} ok")
+        assert load_run(run_dir).status == "complete"
+        assert totals.offered == 50 * 4
+        assert totals.dropped == 0 and totals.errors == 0
+        assert totals.ok == totals.offered == _merged(run_dir, "corrected").get_total_count()
+        kinds = {h.kind for h in load_run(run_dir).latency_intervals}
+        assert {"corrected", "service"} <= kinds <= {"corrected", "service", "pending"}

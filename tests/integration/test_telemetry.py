@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -102,12 +103,35 @@ def test_batch_distribution_and_queue_time_under_a_burst(run_dir: Path) -> None:
             load.add_users(14)
             time.sleep(3.0)
             burst_end = time.time_ns()
+            load.close()
+            assert not any(t.is_alive() for t in load.threads), "a load thread did not stop"
+            load_end = time.time_ns()
+            # Let each sampler take one sample after the last request: their last rows
+            # then count every execution, as the server does.
+            wait_for(
+                lambda: (
+                    any(
+                        r["t_ns"] + r["interval_ns"] > load_end
+                        for r in rows(run_dir / "telemetry" / "triton_stats.jsonl")
+                    )
+                    and any(
+                        r["t_ns"] > load_end and r["name"] == "nv_inference_exec_count"
+                        for r in rows(run_dir / "telemetry" / "metrics.jsonl")
+                    )
+                ),
+                10.0,
+                "a statistics sample and a metrics scrape after the load stopped",
+            )
+            stats_url = f"{triton.http_url}/v2/models/ranker/stats"
+            with urllib.request.urlopen(stats_url, timeout=5) as response:
+                server_stats = json.loads(response.read())["model_stats"][0]
+            server_executions = int(server_stats["execution_count"])
         finally:
             load.close()
             samplers.stop()
         info = samplers.manifest_info()
 
-    assert not load.errors[:1]
+    assert load.errors == [], f"{len(load.errors)} requests failed, first: {load.errors[0]}"
     assert info["gpu"]["kind"] == "none"
     assert {s["name"] for s in info["sources"]} == {"host", "triton_stats", "metrics"}
     assert all(s["warning"] is None for s in info["sources"])
@@ -145,8 +169,20 @@ def test_batch_distribution_and_queue_time_under_a_burst(run_dir: Path) -> None:
     exec_rows = [r for r in metrics if r["name"] == "nv_inference_exec_count"]
     values = [r["value"] for r in exec_rows]
     assert values == sorted(values) and sum(r["delta"] or 0 for r in exec_rows) > 50
-    # Scraped at other instants than the statistics, but counting the same executions:
-    assert values[-1] == pytest.approx(stats[-1]["execution_count"], rel=0.25)
+    # The same executions, counted by the statistics rows, the metrics rows and the server
+    # (all read after the last request), agree exactly; each row's count is the one before
+    # it plus its delta, so the deltas add up to the total.
+    for before, row in zip(stats, stats[1:], strict=False):
+        assert row["execution_count"] - row["execution_count_delta"] == before["execution_count"], (
+            f"statistics row at {row['t_ns']}: count {row['execution_count']} - delta "
+            f"{row['execution_count_delta']} is not the previous row's {before['execution_count']}"
+        )
+    for before, row in zip(exec_rows, exec_rows[1:], strict=False):
+        assert row["value"] - row["delta"] == before["value"], (
+            f"metrics row at {row['t_ns']}: {row['value']} - delta {row['delta']} "
+            f"is not the previous scrape's {before['value']}"
+        )
+    assert stats[-1]["execution_count"] == values[-1] == server_executions
 
 
 def test_simulated_gpu_throttling_slows_the_ranker(run_dir: Path) -> None:

@@ -121,7 +121,12 @@ def _growing(
 def compute_signature(sig: Signals, baseline: np.ndarray) -> Signature:
     inflation = compute_inflation(sig, baseline)
     if inflation is None:
-        return na(CAUSE_COMPUTE, "not assessable: no triton_stats data (compute per batch)")
+        why = (
+            "no triton_stats data (compute per batch)"
+            if sig.triton is None
+            else "fewer than 3 baseline windows with Triton statistics to fit compute per batch"
+        )
+        return na(CAUSE_COMPUTE, f"not assessable: {why}")
     holds = flag(np.nan_to_num(inflation, nan=0.0) >= COMPUTE_INFLATION, inflation)
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:

@@ -227,6 +227,7 @@ def make_analysis(
         corrected=summary("corrected", 1.0),
         service=summary("service", 0.8),
         error_kinds={text or "http_503": 5},
+        error_messages={text or "http_503": [f"[503] {text or 'Exceeds maximum queue size'}"]},
     )
     finding = m.Finding(
         cause=cause,

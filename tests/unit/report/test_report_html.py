@@ -59,6 +59,9 @@ def test_hostile_strings_are_escaped_everywhere(hostile_page: str):
     assert '<span class="mono">&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;</span> × 5' in page
     assert "<dt>Model</dt><dd>&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;</dd>" in page
     assert "<dt>Scenario</dt><dd>&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;</dd>" in page
+    # The server's own words for an error kind come from outside too.
+    said = 'the server said <span class="mono">[503] &lt;/script&gt;&lt;img src=x onerror'
+    assert said in page
     # No script at all, no element carries an event handler, every image is our data: URI.
     assert not [t for t, _ in parsed.tags if t == "script"]
     assert not [a for _, attrs in parsed.tags for a in attrs if a.startswith("on")]
