@@ -306,11 +306,17 @@ def test_sigint_marks_run_aborted_and_keeps_what_was_recorded(triton: Any, tmp_p
 
 @pytest.fixture(scope="module")
 def slow_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A model that takes 100 ms per batch; batches of up to 20 requests."""
+    """A model that takes 100 ms per batch; batches of exactly the 20 users' requests.
+
+    The long queue delay makes the batcher wait for all 20 requests. With a short
+    one, 20 closed-loop users against one model instance have two stable phases:
+    all in one batch (about 200/s) or split into two groups that take turns
+    (about 100/s), and a busy host tips the run into the second.
+    """
     log = tmp_path_factory.mktemp("triton_slow") / "triton.log"
     with EmbeddedTriton(
         max_batch_size=20,
-        max_queue_delay_us=50_000,
+        max_queue_delay_us=1_000_000,
         model_params={"gpu_time_us_per_batch": 100_000, "gpu_time_us_per_item": 0},
         log_path=log,
     ) as t:
@@ -330,7 +336,7 @@ def test_grpc_under_gevent_20_users_reach_about_200_per_s(slow_triton: Any, tmp_
     summary = summarize_run(run_dir)
     print(f"\ngRPC 20 users x 100 ms model: {rates} req/s, service {summary.service_ms}")
     assert summary.errors == 0
-    assert len(rates) >= 2 and min(rates) >= 140  # ~20 / 0.1 s; blocked gRPC gives ~10
+    assert len(rates) >= 2 and min(rates) >= 140  # ~20 per batch cycle; blocked gRPC gives ~1
     assert 95 <= summary.service_ms["p50"] <= 160
 
 
