@@ -203,6 +203,11 @@ def detect_periodicity(
         big = largest_spikes(all_onsets, sizes)
         if big is not None:
             sets.append(big)
+        # The episodes' own starts, when they differ: a short local baseline also
+        # sees small blips between the spikes, whose onsets break the phase lock
+        # of a sawtooth the episodes show cleanly.
+        if len(starts) >= MIN_EPISODES and not np.array_equal(starts, all_onsets):
+            sets.append(starts)
         alpha = RAYLEIGH_ALPHA / len(sets)
         for onsets in sets:
             period, r, p_value, jitter = _fold_test(onsets, cand)
@@ -221,7 +226,13 @@ def detect_periodicity(
             # tightly; it shows as cycles without a spike.
             span_cycles = (onsets.max() - onsets.min()) / period + 1.0
             occupancy = len(onsets) / span_cycles
-            which = "" if onsets is all_onsets else " (largest spikes)"
+            which = (
+                ""
+                if onsets is all_onsets
+                else " (episode starts)"
+                if onsets is starts
+                else " (largest spikes)"
+            )
             if cycles < MIN_CYCLES:
                 reasons.append(f"{period:.1f} s: only {cycles:.1f} cycles (need {MIN_CYCLES:.0f})")
             elif occupancy < MIN_OCCUPANCY:
