@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from loadkit.load.channel import (
     RECORDS,
     ChannelSink,
@@ -146,3 +148,20 @@ def test_recorder_in_the_masters_clock_is_fixed_before_the_first_record(tmp_path
     rec.close(T0 + 3 * S)
     rows = (tmp_path / "load" / "w.jsonl").read_text().splitlines()
     assert f'"t_ns":{T0 + S},' in rows[0]
+
+
+def test_a_worker_that_cannot_reach_the_master_says_so_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from loadkit.cli import main
+    from loadkit.load.orchestrator import _free_port
+
+    port = _free_port()  # nothing listens there
+    code = main(
+        ["worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+        + ["--connect-timeout", "0"]
+    )
+    err = capsys.readouterr().err.splitlines()
+    assert code == 3
+    assert err[0].startswith(f"ERROR: cannot reach the loadkit master at 127.0.0.1:{port}")
+    assert "Connection refused" in err[0] and err[1].startswith("HINT: ")
