@@ -103,6 +103,7 @@ class ChannelSink:
         self.buffer = RecordBuffer(limit)
         self._current = _empty()
         self.closed = False
+        self.resent = 0  # records sent again (not acknowledged in time)
         self.clock: dict[str, Any] | None = None  # the latest ClockEstimate, as a dict
 
     def histogram(self, tag: str, start_ns: int, end_ns: int, histogram: HdrHistogram) -> None:
@@ -136,6 +137,7 @@ class ChannelSink:
         record: dict[str, Any] = {"process": self.process, "final": final, **self._current}
         record["evicted_through"] = self.buffer.evicted_through
         record["evicted"] = self.buffer.evicted
+        record["resent"] = self.resent
         if self.clock is not None:
             record["clock"] = self.clock
         self._current = _empty()
@@ -143,6 +145,7 @@ class ChannelSink:
 
     def resend(self) -> None:
         for record in self.buffer.due(self._timer()):
+            self.resent += 1
             self._send(RECORDS, record)
 
     def on_ack(self, data: dict[str, Any]) -> None:
@@ -204,6 +207,7 @@ class _WorkerRecords:
     final_seq: int | None = None
     evicted_through: int = -1
     evicted: int = 0
+    resent: int = 0
     last_end_ns: int | None = None  # end of the newest interval received
     clock: dict[str, Any] | None = None
 
@@ -228,6 +232,7 @@ class RecordCollector:
             worker = self.workers[process] = _WorkerRecords(FileSink(self.run_dir, process), set())
         worker.evicted_through = max(worker.evicted_through, int(data.get("evicted_through", -1)))
         worker.evicted = max(worker.evicted, int(data.get("evicted", 0)))
+        worker.resent = max(worker.resent, int(data.get("resent", 0)))
         if data.get("clock"):
             worker.clock = dict(data["clock"])
         if data.get("final"):

@@ -35,6 +35,7 @@ import gevent
 import locust.runners
 from locust import LoadTestShape, events
 from locust.env import Environment
+from locust.exception import StopUser
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from loadkit.environment import run_environment
@@ -104,6 +105,7 @@ class LoadRuntime:
         self._known_workers: dict[str, str] = {}  # Locust client id -> process name
         self.lost_workers: dict[str, dict[str, Any]] = {}  # process name -> loss
         self._watcher: gevent.Greenlet | None = None
+        self._run_worker_count: int | None = None  # workers counted at the start (master)
         self.dispatcher: OpenModelDispatcher | None = None
         self._ticker: gevent.Greenlet | None = None
         self._start_timer: gevent.Greenlet | None = None
@@ -134,7 +136,7 @@ class LoadRuntime:
         runner = self.environment.runner
         index = max(0, int(getattr(runner, "worker_index", 0)))
         count = self.worker_count_from_master or 1
-        return index, max(count, index + 1)
+        return index, count
 
     def process_name(self) -> str:
         explicit = os.environ.get(ENV_PROCESS)
@@ -205,9 +207,17 @@ class LoadRuntime:
             if self.collector is None:
                 self.collector = channel.RecordCollector(self.run_dir)
             self._known_workers = {}
+            self._run_worker_count = runner.worker_count
             runner.send_message(_RUN_MESSAGE, self._run_config(runner.worker_count))
             if self._watcher is None:
                 self._watcher = gevent.spawn(self._watch_workers)
+
+    def on_worker_connect(self, client_id: str, **_kw: Any) -> None:
+        """A worker connecting mid-run (before Locust spawns its users) gets the run's config."""
+        runner = self.environment.runner
+        if isinstance(runner, MasterRunner) and self._run_worker_count is not None:
+            config = self._run_config(self._run_worker_count)
+            runner.send_message(_RUN_MESSAGE, config, client_id=client_id)
 
     def _run_config(self, worker_count: int) -> dict[str, Any]:
         """What a worker needs to run its share: it has no environment of ours, no files."""
@@ -390,6 +400,7 @@ class LoadRuntime:
                     "clock": got.clock if got else None,
                     "records": len(got.seen) if got else 0,
                     "evicted_records": got.evicted if got else 0,
+                    "resent_records": got.resent if got else 0,
                     "lost": self.lost_workers.get(name),
                 }
             )
@@ -436,6 +447,13 @@ class LoadRuntime:
 
     def register_user(self) -> int:
         """A user started; returns its stream number (for its payload generator)."""
+        if self.is_open and self.role == "worker":
+            index, count = self.worker_split()
+            if self.worker_count_from_master is not None and index >= count:
+                # Joined after the start (a restarted worker): the arrivals are split
+                # among the workers counted then; a share of its own would be extra load.
+                log.warning("loadkit: worker %d joined after the start; it sends no load", index)
+                raise StopUser()
         self.users_registered += 1
         recorder = self.get_recorder()
         if self.is_open:
@@ -540,6 +558,7 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
     elif isinstance(runner, MasterRunner):
         runner.register_message(channel.RECORDS, runtime.on_records)
         runner.register_message(channel.CLOCK_PING, runtime.on_clock_ping)
+        environment.events.worker_connect.add_listener(runtime.on_worker_connect)
     if (
         not isinstance(runner, WorkerRunner) and environment.web_ui is not None
     ):  # `locust -f` with its web UI: a loadkit tab
