@@ -26,6 +26,7 @@ import atexit
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -544,6 +545,16 @@ def get_runtime(environment: Environment) -> LoadRuntime:
     return runtime
 
 
+def _interrupt_main_greenlet() -> None:
+    """SIGINT (`loadkit run` stopping us) as KeyboardInterrupt in the main greenlet only.
+
+    Python's own handler raises it in whichever greenlet runs when the signal is
+    handled: on a busy host often a user's, which then dies with its request in
+    flight (unrecorded) instead of finishing it in Locust's graceful stop.
+    """
+    gevent.get_hub().parent.throw(KeyboardInterrupt)
+
+
 @events.init.add_listener
 def _on_init(environment: Environment, **_kw: Any) -> None:
     runtime = get_runtime(environment)
@@ -559,9 +570,9 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
         runner.register_message(channel.RECORDS, runtime.on_records)
         runner.register_message(channel.CLOCK_PING, runtime.on_clock_ping)
         environment.events.worker_connect.add_listener(runtime.on_worker_connect)
-    if (
-        not isinstance(runner, WorkerRunner) and environment.web_ui is not None
-    ):  # `locust -f` with its web UI: a loadkit tab
+    if not isinstance(runner, WorkerRunner) and os.environ.get(ENV_RUN_DIR):
+        gevent.signal_handler(signal.SIGINT, _interrupt_main_greenlet)
+    if not isinstance(runner, WorkerRunner) and environment.web_ui is not None:  # its web UI
         webui.attach(
             environment.web_ui,
             webui.WebUiStats(
