@@ -204,7 +204,7 @@ def test_a_killed_worker_is_reported_and_the_run_completes(
     # GIVEN a run of 8 s over two workers
     duration = 8.0
     cluster = cluster_factory(triton.http_url, duration_s=duration)
-    cluster.wait_for_rows(3)
+    cluster.wait_for_rows(2)  # early: Locust marks it missing ~3 s later, before the end
     # WHEN one worker is killed outright mid-run
     victim = cluster.workers[1]
     os.killpg(victim.pid, signal.SIGKILL)
