@@ -37,11 +37,23 @@ from loadkit.load.orchestrator import run_scenario
 SECOND = 1_000_000_000
 
 
+def _locust_master() -> list[psutil.Process]:
+    """The Locust master: `--master` as a whole argument (workers have `--master-host`)."""
+    out = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "--master" in child.cmdline():
+                out.append(child)
+        except psutil.Error:
+            continue
+    return out
+
+
 def measure(port: int, workers: int, rate: float, seconds: float, out: Path) -> list[object]:
     meter = Meter(
         {
             "requests": nginx_requests_probe(port),
-            "master": cpu_probe(children_matching("--master")),
+            "master": cpu_probe(_locust_master),
             "workers": cpu_probe(children_matching("--worker")),
         }
     )
