@@ -22,6 +22,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
+import psutil
+
 from bench._support import (
     REPO,
     Meter,
