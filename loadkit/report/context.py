@@ -79,7 +79,7 @@ def build_context(run: Run, analysis: Analysis) -> dict[str, Any]:
         "knee": _knee(analysis),
         "soak": _soak(analysis),
         "metadata": _metadata(run, analysis),
-        "model_configs": _model_configs(manifest),
+        "model_configs": _model_configs(run),
         "notes": _notes(run, analysis),
         "figures": _figures(analysis),
         "overview_window_s": analysis.overview.window_s if analysis.overview else None,
@@ -527,9 +527,8 @@ def _gpu_text(gpu: Mapping[str, Any], gpu_kind: str) -> str:
     return f"simulated ({text})" if kind == "simulated" else text
 
 
-def _model_configs(manifest: Mapping[str, Any]) -> list[dict[str, str]]:
-    server = (manifest.get("environment") or {}).get("server") or {}
-    models = server.get("models") or {}
+def _model_configs(run: Run) -> list[dict[str, str]]:
+    models = run.info.environment.server.models
     return [
         {"name": str(name), "config": json.dumps(cfg, indent=2, sort_keys=True, default=str)}
         for name, cfg in sorted(models.items())
