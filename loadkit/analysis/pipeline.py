@@ -404,9 +404,9 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         signals, [e for e in episodes if e.percentile == primary], episodes
     )
     # Where the time goes, per window, and which part grew in each episode.
-    base = attr.baseline_mask(grid.n, episodes, grid.starts_ns)
-    if base.sum() < 3:
-        base = np.ones(grid.n, dtype=bool)
+    base = attr.baseline_for(
+        grid.n, [e for e in episodes if e.percentile == primary], episodes, grid.starts_ns
+    )
     latency_breakdown, parts = breakdown(signals, base)
     grew = label_episodes(episodes, parts, grid.starts_ns, base)
     episodes = [
