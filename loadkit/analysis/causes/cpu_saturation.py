@@ -22,13 +22,15 @@ from loadkit.analysis.causes.base import (
     Cause,
     Signals,
     Signature,
+    assessed,
+    check,
     ev,
     flag,
     fmt,
     maximum,
     mean,
     median,
-    na,
+    need,
     outside_server_ms,
 )
 from loadkit.analysis.causes.cgroup_throttling import CGROUP_THROTTLED_PCT
@@ -75,13 +77,14 @@ def server_starved(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
     return flag(cond, busy)
 
 
+@assessed(CAUSE_CPU_SATURATION)
 def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     cause = CAUSE_CPU_SATURATION
-    host = sig.host
-    if host is None:
-        return na(cause, "not assessable: no host data")
-    if not host.has_per_core and np.all(np.isnan(host.cpu_mean_pct)):
-        return na(cause, "not assessable: host data has no cpu_per_core_pct")
+    host = need(sig.host, "no host data")
+    check(
+        host.has_per_core or not np.all(np.isnan(host.cpu_mean_pct)),
+        "host data has no cpu_per_core_pct",
+    )
     busy = busy_cores(sig)
     assert busy is not None
     starved = server_starved(sig, baseline)
