@@ -144,6 +144,7 @@ class _Telemetry:
         if self.options is None or not self.options.enabled:
             return
         from loadkit.telemetry.supervisor import SamplerSet
+
         o = self.options
         self.samplers = SamplerSet.start(
             writer.path,
