@@ -131,3 +131,38 @@ def test_raw_bytes_are_row_major_copies_of_views() -> None:
     block = np.arange(24, dtype=np.int64).reshape(2, 3, 4)
     view = block[1, :, ::2]  # not contiguous
     assert _raw_bytes("INT64", view) == np.ascontiguousarray(view).tobytes()
+
+
+def test_the_http_client_checks_a_kept_connection_without_yielding_to_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import select
+    import socket
+
+    import gevent.select
+    from gevent.monkey import _state
+    from geventhttpclient.connectionpool import ConnectionPool
+
+    from loadkit.load.transports import open_http_client
+
+    # GIVEN select patched as gevent's monkey.patch_select leaves it (the original saved,
+    # gevent's in its place), and gevent's yields counted
+    monkeypatch.setitem(_state.saved, "select", {"select": select.select})
+    monkeypatch.setattr(select, "select", gevent.select.select)
+    yields: list[object] = []
+    monkeypatch.setattr(gevent.select, "_g_sleep", lambda *args: yields.append(args))
+    client = open_http_client("http://127.0.0.1:1", 1.0)
+    pool = client._connection_pool
+    a, b = socket.socketpair()
+    # the library's own check of an open, idle connection yields
+    assert ConnectionPool._is_socket_alive(pool, a) is True and len(yields) == 1
+    yields.clear()
+    # WHEN this client checks: THEN the same answers (open; peer closed; closed; none), no yield
+    alive = pool._is_socket_alive
+    assert alive(a) is True
+    b.close()
+    assert alive(a) is False
+    a.close()
+    assert alive(a) is False and alive(None) is False
+    assert yields == []
+    client.close()
