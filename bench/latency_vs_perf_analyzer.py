@@ -139,7 +139,7 @@ def loadkit_run(
 
 
 # ------------------------------------------------------------------ concurrent comparison
-PA_WINDOW_MS = 4000  # three windows, always accepted: ~12 s of measurement
+PA_WINDOW_MS = 3000  # three windows, always accepted: ~9 s of measurement
 LOADKIT_CHILD = """
 import json, sys
 from loadkit.load.orchestrator import run_scenario
