@@ -225,17 +225,17 @@ def _story(analysis: Analysis) -> list[str]:
 def _finding(finding: Finding, analysis: Analysis) -> dict[str, Any]:
     by_id = {e.episode_id: e for e in analysis.episodes}
     shown = list(finding.episodes[:EPISODE_IDS_SHOWN])
-    aligned = getattr(finding, "aligned", None)
+    aligned = finding.aligned
     figure = None
     if aligned is not None:
         figure = AlignedPlot(
             offsets_s=aligned.offsets_s,
             mean=aligned.mean,
             signal_label=aligned.label,
-            low=getattr(aligned, "low", None),
-            high=getattr(aligned, "high", None),
-            baseline=getattr(aligned, "baseline", None),
-            latency_ms=getattr(aligned, "p99_ms", None),
+            low=aligned.low,
+            high=aligned.high,
+            baseline=aligned.baseline,
+            latency_ms=aligned.p99_ms,
         )
     return {
         "cause": finding.cause,
@@ -540,15 +540,13 @@ def _notes(run: Run, analysis: Analysis) -> list[str]:
 
 def _spans(analysis: Analysis) -> list[Span]:
     spans: list[Span] = []
-    start: float | None = None
-    for mark in analysis.phases:
-        if mark.name == "burst-start":
-            start = mark.t_s
-        elif mark.name == "burst-end" and start is not None:
-            spans.append(Span(start, mark.t_s, "burst"))
-            start = None
-    if start is not None and analysis.windows.t_s:
-        spans.append(Span(start, analysis.windows.t_s[-1] + analysis.window_s, "burst"))
+    # One recovery per burst, as the analysis paired the phase events; open at the end: to the end.
+    for rec in analysis.recoveries:
+        start = _to_run_s(analysis, rec.burst_start_ns)
+        end = _to_run_s(analysis, rec.burst_end_ns)
+        if start is not None:
+            last = analysis.windows.t_s[-1] + analysis.window_s
+            spans.append(Span(start, end if end is not None else last, "burst"))
     for rec in analysis.recoveries:
         end = _to_run_s(analysis, rec.burst_end_ns)
         back = _to_run_s(analysis, rec.recovered_at_ns)
@@ -556,7 +554,7 @@ def _spans(analysis: Analysis) -> list[Span]:
             spans.append(Span(end, back, "recovery"))
     for e in analysis.episodes_for("p99"):
         spans.append(Span(e.start_s, e.start_s + e.duration_s, "episode"))
-    for interval in getattr(analysis, "intervals", ()) or ():
+    for interval in analysis.intervals:
         kind = str(interval.kind)
         if kind.startswith("gpu"):
             spans.append(Span(interval.start_s, interval.end_s, "throttle"))
@@ -575,7 +573,7 @@ ZOOM_MARGIN_S = 120.0
 
 def _overview_timeline(analysis: Analysis) -> Timeline | None:
     """The whole of a long run at minute resolution (analysis.overview), or None."""
-    o = getattr(analysis, "overview", None)
+    o = analysis.overview
     if o is None:
         return None
     return Timeline(
@@ -640,7 +638,7 @@ def _zoom(full: Timeline, lo_s: float, hi_s: float) -> Timeline:
 
 def _zooms(analysis: Analysis) -> list[dict[str, Any]]:
     """Full-resolution timelines around a long run's largest P99 episodes."""
-    if getattr(analysis, "overview", None) is None:
+    if analysis.overview is None:
         return []
     full = _timeline(analysis)
     largest = sorted(analysis.episodes_for("p99"), key=lambda e: -(e.peak_ms or 0.0))
@@ -682,7 +680,7 @@ def _timeline(analysis: Analysis) -> Timeline:
         power_w=tel.gpu_power_w,
         power_limit_w=tel.gpu_power_limit_w,
         gpu_simulated=analysis.run.gpu_kind == "simulated",
-        cpu_per_core_pct=getattr(tel, "cpu_per_core_pct", None),
+        cpu_per_core_pct=tel.cpu_per_core_pct,
         cpu_busiest_core_pct=tel.cpu_core_max_pct,
         cpu_mean_pct=tel.cpu_mean_pct,
         cgroup_throttled_pct=tel.cgroup_throttled_pct,
@@ -694,7 +692,7 @@ def _timeline(analysis: Analysis) -> Timeline:
 
 
 def _batch_phases(analysis: Analysis) -> BatchPhasePlot | None:
-    phases = getattr(analysis, "batch_by_phase", None)
+    phases = analysis.batch_by_phase
     if not phases:
         return None
     sizes = tuple(phases[0].sizes)

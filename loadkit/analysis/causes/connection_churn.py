@@ -14,12 +14,13 @@ from loadkit.analysis.causes.base import (
     Cause,
     Signals,
     Signature,
+    assessed,
     ev,
     flag,
     fmt,
     mean,
     median,
-    na,
+    need,
     outside_server_ms,
 )
 from loadkit.analysis.model import CAUSE_CONNECTION_CHURN, Evidence
@@ -33,11 +34,11 @@ FIRST_REQUEST_SLOWDOWN = 1.2  # churn needs the first request on a connection th
 RUN_LEVEL_CHURN_SHARE = 0.5
 
 
+@assessed(CAUSE_CONNECTION_CHURN)
 def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     cause = CAUSE_CONNECTION_CHURN
-    rate, source = new_connections_per_s(sig.host, sig.samples, sig.throughput_rps)
-    if rate is None:
-        return na(cause, "not assessable: no request samples or host tcp_new_connections")
+    found, source = new_connections_per_s(sig.host, sig.samples, sig.throughput_rps)
+    rate = need(found, "no request samples or host tcp_new_connections")
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(sig.throughput_rps > 0, rate / sig.throughput_rps, np.nan)
     first, reused = (

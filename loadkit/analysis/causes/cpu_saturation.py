@@ -16,13 +16,15 @@ from loadkit.analysis.causes.base import (
     Cause,
     Signals,
     Signature,
+    assessed,
+    check,
     ev,
     flag,
     fmt,
     maximum,
     mean,
     median,
-    na,
+    need,
     outside_server_ms,
 )
 from loadkit.analysis.causes.cgroup_throttling import CGROUP_THROTTLED_PCT
@@ -32,13 +34,14 @@ BUSY_CORES_SHARE = 0.75  # share of cores at >= 95 %
 ARRIVALS_RISE = 1.25  # arrivals this far above baseline: a burst, not a neighbour
 
 
+@assessed(CAUSE_CPU_SATURATION)
 def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     cause = CAUSE_CPU_SATURATION
-    host = sig.host
-    if host is None:
-        return na(cause, "not assessable: no host data")
-    if not host.has_per_core and np.all(np.isnan(host.cpu_mean_pct)):
-        return na(cause, "not assessable: host data has no cpu_per_core_pct")
+    host = need(sig.host, "no host data")
+    check(
+        host.has_per_core or not np.all(np.isnan(host.cpu_mean_pct)),
+        "host data has no cpu_per_core_pct",
+    )
     busy = host.busy_core_frac if host.has_per_core else (host.cpu_mean_pct >= 95.0).astype(float)
     cond = np.nan_to_num(busy, nan=0.0) >= BUSY_CORES_SHARE
     offered_base = median(sig.offered_rps, baseline)
