@@ -179,6 +179,20 @@ def _start_loadkit(
     )
 
 
+def _wait_for_load_start(out: Path, lk: subprocess.Popen[str], timeout_s: float = 120) -> None:
+    """Until a run under `out` has written its load-start phase (loadkit is sending)."""
+    deadline = time.monotonic() + timeout_s
+    seen = {p.parent for p in out.glob("*/events.jsonl")}
+    while time.monotonic() < deadline and lk.poll() is None:
+        for events in out.glob("*/events.jsonl"):
+            if events.parent in seen:
+                continue
+            if '"load-start"' in events.read_text():
+                return
+        time.sleep(0.1)
+    raise RuntimeError("loadkit did not start its load")
+
+
 def _pa_requests(export: Path) -> tuple[np.ndarray, np.ndarray]:
     """perf_analyzer's requests: send times (wall ns) and latencies (µs)."""
     requests = json.loads(export.read_text())["experiments"][0]["requests"]
@@ -203,14 +217,15 @@ def one_concurrent_trial(
         pa_url = lk_url = triton.grpc_url
     half = rate / 2
     export = workdir / f"pa-{rate:.0f}-{time.monotonic_ns()}.json"
-    seconds = 3 * PA_WINDOW_MS / 1000 + 8  # covers perf_analyzer's windows either way round
-    if pa_first:
-        pa = _start_perf_analyzer(pa_url, protocol, half, candidates, model, export)
-        lk = _start_loadkit(lk_url, protocol, half, seconds, candidates, model, workdir)
-    else:
-        lk = _start_loadkit(lk_url, protocol, half, seconds, candidates, model, workdir)
-        time.sleep(4.0)  # loadkit's start-up (pre-flight, Locust) before its load begins
-        pa = _start_perf_analyzer(pa_url, protocol, half, candidates, model, export)
+    seconds = 3 * PA_WINDOW_MS / 1000 + 10  # covers perf_analyzer's windows either way round
+    # loadkit's start-up (pre-flight, Locust) takes seconds, more on a busy machine: start
+    # perf_analyzer once loadkit's load has begun, at once (perf_analyzer's warm-up and
+    # windows start inside loadkit's warm-up) or 3 s later (loadkit's load established).
+    lk = _start_loadkit(lk_url, protocol, half, seconds, candidates, model, workdir)
+    _wait_for_load_start(workdir, lk)
+    if not pa_first:
+        time.sleep(3.0)
+    pa = _start_perf_analyzer(pa_url, protocol, half, candidates, model, export)
     pa_out, _ = pa.communicate(timeout=300)
     lk_out, lk_err = lk.communicate(timeout=300)
     if lk.returncode != 0:
