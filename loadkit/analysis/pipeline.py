@@ -515,9 +515,7 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
     episodes = detected.episodes
     attribution = attr.attribute(signals, detected.episodes_for_primary, episodes)
     # Where the time goes, per window, and which part grew in each episode.
-    base = attr.baseline_mask(grid.n, episodes, grid.starts_ns)
-    if base.sum() < 3:
-        base = np.ones(grid.n, dtype=bool)
+    base = attr.baseline_for(grid.n, detected.episodes_for_primary, episodes, grid.starts_ns)
     latency_breakdown, parts = breakdown(signals, base)
     grew = label_episodes(episodes, parts, grid.starts_ns, base)
     return Attributed(

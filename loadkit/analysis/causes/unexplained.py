@@ -26,6 +26,7 @@ from loadkit.analysis.causes.base import (
     median,
     na,
 )
+from loadkit.analysis.causes.cpu_saturation import BUSY_CORES_SHARE, busy_cores
 from loadkit.analysis.model import Evidence
 
 COMPUTE_INFLATION = 1.3  # compute per batch this much over baseline at the same batch size
@@ -128,6 +129,21 @@ def compute_signature(sig: Signals, baseline: np.ndarray) -> Signature:
         )
         return na(CAUSE_COMPUTE, f"not assessable: {why}")
     holds = flag(np.nan_to_num(inflation, nan=0.0) >= COMPUTE_INFLATION, inflation)
+    # On saturated cores a model's compute slows with the host (a CPU-bound
+    # backend, or the threads that feed the accelerator): where the windows
+    # that show the slowdown had their cores saturated, it cannot be told from
+    # CPU contention, so it stays a weak lead.
+    cap, notes = None, []
+    busy = busy_cores(sig)
+    slow = np.nan_to_num(holds, nan=0.0) > 0
+    saturated = median(busy, slow) if busy is not None and slow.any() else None
+    if saturated is not None and saturated >= BUSY_CORES_SHARE:
+        cap = "weak"
+        notes.append(
+            f"the host's cores were saturated where compute slowed ({saturated:.0%} of cores at "
+            ">=95%): on a busy host the model's compute slows with the CPU, so this cannot be "
+            "told from CPU contention"
+        )
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
         assert sig.triton is not None
@@ -143,7 +159,7 @@ def compute_signature(sig: Signals, baseline: np.ndarray) -> Signature:
             *_context(sig, ep, base),
         ]
 
-    return Signature(CAUSE_COMPUTE, holds, inflation, evidence)
+    return Signature(CAUSE_COMPUTE, holds, inflation, evidence, notes=notes, max_confidence=cap)
 
 
 def _component_signature(cause: str, part: str, ratio: float):  # type: ignore[no-untyped-def]
