@@ -1,5 +1,10 @@
 """Connection churn: requests open new connections, and a new connection's first request is slow.
 
+A new connection counts only when its request is slower than the requests
+sent at the same moment on reused connections: a client pool that grows while
+requests pile up (an effect of the latency) opens its connections exactly when
+everything is slow.
+
 When most requests open a connection all run long (keep-alive off), there is
 no baseline to contrast episodes with: that is a standing condition
 (`run_level`), "no connection reuse".
@@ -47,9 +52,15 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
         else (None, None)
     )
     # New connections that are not slower (e.g. the user pool growing) cost nothing.
-    not_slower = (
-        first is not None and reused is not None and first < FIRST_REQUEST_SLOWDOWN * reused
-    )
+    # Against requests sent at the same moment where there are any: a pool that
+    # grows while requests pile up opens its connections when everything is slow.
+    neighbours = sig.samples.first_vs_neighbours if sig.samples is not None else None
+    if neighbours is not None:
+        not_slower = neighbours < FIRST_REQUEST_SLOWDOWN
+    else:
+        not_slower = (
+            first is not None and reused is not None and first < FIRST_REQUEST_SLOWDOWN * reused
+        )
     run_share = float(np.nanmedian(share)) if np.any(~np.isnan(share)) else 0.0
     run_level = run_share >= RUN_LEVEL_CHURN_SHARE
     if run_level:
@@ -81,6 +92,12 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
                 ),
                 Evidence(
                     "reused_connection_latency", sig.samples.reused_request_ms, "ms", "median"
+                ),
+                Evidence(
+                    "first_request_vs_neighbours",
+                    sig.samples.first_vs_neighbours,
+                    "x",
+                    "new-connection request vs reused ones sent within 0.1 s",
                 ),
             ]
         if outside is not None:
