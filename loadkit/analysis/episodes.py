@@ -62,14 +62,14 @@ def _rolling(values: np.ndarray, window: int, fn: str, quantile: float = 0.5) ->
     return _rolling_quiet_mad(np.asarray(values, dtype=float), window, max(1, window // 4), stride)
 
 
-# Values sorted at once, per chunk of windows (a chunk of 601-wide windows: 3,300 rows, 16 MB).
+# Values sorted at once, per chunk of windows (a chunk of 61-wide windows: 32,800 rows, 16 MB).
 _MAD_CHUNK_VALUES = 2_000_000
 # Windows up to this wide get their own quiet MAD; a wider one (periodicity's baseline
 # spans two candidate periods: up to 34,560 windows in a 24 h run) is computed every
 # window/MAD_STEPS_PER_WINDOW windows and held in between: the window then moves by
 # under 1/64 of itself, and sorting every one of 86,400 such windows took minutes
 # and gigabytes.
-EXACT_MAD_WINDOWS = 1024
+EXACT_MAD_WINDOWS = 256
 MAD_STEPS_PER_WINDOW = 64
 
 
