@@ -4,7 +4,8 @@ Real Triton, real Locust, the simulated GPU with a periodic cooling fault, real
 samplers. The assertions read analysis.json: nothing about the story is
 written into the demo, so these fail if detection or attribution breaks.
 
-The full-length demo (90 s, 9 cooling-fault cycles), not `--short`: after the
+The full-length demo (90 s, 9 cooling-fault cycles), not `--short`, run once per
+session from the installed wheel (the `demo_run` fixture in conftest): after the
 8 s warm-up a 65 s run leaves 5-6 spike onsets, and with 5 a single onset
 landing one 1 s window late (the throttle crossing a window boundary) lifts
 the Rayleigh p-value from 0.0016 to about 0.003, over the analyzer's strict
@@ -20,31 +21,24 @@ import psutil
 import pytest
 
 from loadkit.analysis.model import CAUSE_GPU_THERMAL
-from loadkit.demo import DemoSettings, run_demo
+from loadkit.demo import DemoSettings
+from tests.integration.support import DemoRun
 
 pytestmark = pytest.mark.integration
 
 PERIOD_S = 10.0
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("demo")
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
-    settings = DemoSettings(out_dir=str(out), run_id="demo-test", show_progress=False)
-    assert settings.cooling_fault_period_s == PERIOD_S
-    result = run_demo(settings, say=lambda line: None)
-    left = {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()} - before
-    assert not left, f"demo left processes behind: {left}"
-    assert result.status == "complete"
-    return result.run_dir
+def test_the_demo_tells_a_10s_cooling_cycle() -> None:
+    assert DemoSettings().cooling_fault_period_s == PERIOD_S
 
 
-def _analysis(run_dir: Path) -> dict:
-    return json.loads((run_dir / "analysis.json").read_text())
+def _analysis(demo: DemoRun) -> dict:
+    assert demo.returncode == 0, demo.output[-3000:]
+    return json.loads((demo.run_dir / "analysis.json").read_text())
 
 
-def test_periodic_p99_spikes_are_attributed_to_thermal_throttling(demo_run: Path) -> None:
+def test_periodic_p99_spikes_are_attributed_to_thermal_throttling(demo_run: DemoRun) -> None:
     a = _analysis(demo_run)
     p99 = next(p for p in a["periodicity"] if p["percentile"] == "p99")
     assert p99["periodic"], p99["reason"]
@@ -61,7 +55,7 @@ def test_periodic_p99_spikes_are_attributed_to_thermal_throttling(demo_run: Path
     assert evidence["compute_inflation_observed"] > 1.3
 
 
-def test_burst_raises_batch_sizes_and_queue_time_and_latency_recovers(demo_run: Path) -> None:
+def test_burst_raises_batch_sizes_and_queue_time_and_latency_recovers(demo_run: DemoRun) -> None:
     a = _analysis(demo_run)
     assert len(a["recoveries"]) == 1
     r = a["recoveries"][0]
@@ -71,16 +65,16 @@ def test_burst_raises_batch_sizes_and_queue_time_and_latency_recovers(demo_run: 
     assert r["recovery_s"] is not None and 0 <= r["recovery_s"] < 20
 
 
-def test_report_is_written_and_labels_the_gpu_simulated(demo_run: Path) -> None:
-    html = (demo_run / "report.html").read_text()
+def test_report_is_written_and_labels_the_gpu_simulated(demo_run: DemoRun) -> None:
+    html = (demo_run.run_dir / "report.html").read_text()
     assert "simulated" in html.lower()
-    manifest = json.loads((demo_run / "manifest.json").read_text())
+    manifest = json.loads((demo_run.run_dir / "manifest.json").read_text())
     assert manifest["environment"]["gpu"]["kind"] == "simulated"
     assert manifest["environment"]["server"]["models"]["ranker"]["max_batch_size"] == 16
     assert manifest["target"]["embedded"] is True
     faults = [
         json.loads(line)
-        for line in (demo_run / "events.jsonl").read_text().splitlines()
+        for line in (demo_run.run_dir / "events.jsonl").read_text().splitlines()
         if '"fault"' in line
     ]
     assert sum(1 for f in faults if f["name"] == "thermal-throttle" and f["action"] == "start") >= 5
