@@ -278,13 +278,15 @@ def _size_mib(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / MIB
 
 
-def synthetic(hours: float, rate: int, keep: bool) -> list[list[object]]:
+def synthetic(hours: float, rate: int, keep: bool, reuse: Path | None = None) -> list[list[object]]:
+    """Build (or, with `reuse`, take a kept) synthetic run; time its analysis and report."""
     loadkit = str(Path(sys.executable).with_name("loadkit"))
-    out = Path(tempfile.mkdtemp(prefix="loadkit-bench-soak-"))
+    out = reuse.parent if reuse else Path(tempfile.mkdtemp(prefix="loadkit-bench-soak-"))
+    keep = keep or reuse is not None
     duration = int(hours * HOUR_S)
     try:
         t0 = time.perf_counter()
-        run = write_soak_run(out, duration, rate)
+        run = reuse if reuse else write_soak_run(out, duration, rate)
         built = time.perf_counter() - t0
         disk = _size_mib(run)
         a_wall, a_rss, a_rc = measure([loadkit, "analyze", str(run)])
@@ -467,12 +469,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hours", type=float, default=24.0, help="synthetic run length")
     parser.add_argument("--rate", type=int, default=2000, help="requests/s")
     parser.add_argument("--keep", action="store_true", help="keep the synthetic run directory")
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        help="analyze this kept synthetic run (of --hours) instead of building",
+    )
     parser.add_argument("--skip-synthetic", action="store_true")
     parser.add_argument("--real", type=float, default=0.0, help="seconds of a real soak (0: none)")
     parser.add_argument("--samples", type=Path, help="write the real soak's samples to this CSV")
     args = parser.parse_args(argv)
     if not args.skip_synthetic:
-        rows = synthetic(args.hours, args.rate, args.keep)
+        rows = synthetic(args.hours, args.rate, args.keep, args.reuse)
         print()
         print(
             table(
