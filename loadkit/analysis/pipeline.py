@@ -106,7 +106,7 @@ def _time_bounds(run: Run, intervals: IntervalCounts) -> tuple[int, int] | None:
         starts.append(int(load["t_ns"].min()))
         ends.append(int(load["t_ns"].max()) + NS)
     start = run.start_ns or (min(starts) if starts else None)
-    end = run.manifest.get("end_ns") or (max(ends) if ends else run.end_ns)
+    end = run.info.end_ns or (max(ends) if ends else run.end_ns)
     if start is None or end is None or end <= start:
         return None
     return int(start), int(end)
@@ -114,14 +114,13 @@ def _time_bounds(run: Run, intervals: IntervalCounts) -> tuple[int, int] | None:
 
 def model_config(run: Run) -> tuple[str | None, int | None, float | None]:
     """(model name, max_batch_size, max_queue_delay in ms) from the manifest's Triton config."""
-    target = run.manifest.get("target") or {}
-    server = (run.manifest.get("environment") or {}).get("server") or {}
-    models = server.get("models") or {}
-    name = target.get("model") if isinstance(target, dict) else None
-    config: Any = models.get(name) if name in models else None
+    info = run.info
+    models = info.environment.server.models
+    name = info.target.model if info.target is not None else None
+    config = models.get(name) if name is not None else None
     if config is None and len(models) == 1:
         name, config = next(iter(models.items()))
-    if not isinstance(config, dict):
+    if config is None:
         return name, None, None
     max_batch = config.get("max_batch_size")
     batching = config.get("dynamic_batching")
@@ -158,29 +157,23 @@ def completion_gaps(load: pd.DataFrame, samples: pd.DataFrame) -> CompletionGaps
 
 
 def _run_info(run: Run, start: int, end: int) -> RunInfo:
-    m = run.manifest
-    scenario = m.get("scenario") or {}
-    target = m.get("target") or {}
-    gpu = (m.get("environment") or {}).get("gpu") or {}
-    simulated = gpu.get("kind") == "simulated" or any(
-        isinstance(s, dict) and s.get("simulated") for s in m.get("sources") or []
-    )
+    info = run.info
     return RunInfo(
         run_id=run.run_id,
         path=str(run.path),
-        kind=str(m.get("kind", "load")),
+        kind=info.kind,
         status=run.status,
-        scenario=scenario.get("name") if isinstance(scenario, dict) else None,
-        target_url=target.get("url") if isinstance(target, dict) else None,
-        model=target.get("model") if isinstance(target, dict) else None,
+        scenario=info.scenario.name if info.scenario is not None else None,
+        target_url=info.target.url if info.target is not None else None,
+        model=info.target.model if info.target is not None else None,
         start_ns=start,
         end_ns=end,
         duration_s=(end - start) / NS,
-        gpu_kind=str(gpu.get("kind", "none")),
-        simulated=bool(simulated),
-        loadkit_version=m.get("loadkit_version"),
+        gpu_kind=info.environment.gpu.kind or "none",
+        simulated=info.simulated,
+        loadkit_version=info.loadkit_version,
         analyzed_with=__version__,
-        abort=_run_abort(m.get("abort"), start),
+        abort=_run_abort(info.abort, start),
     )
 
 
@@ -245,7 +238,8 @@ def _phases(
 
 def _warmup_s(run: Run) -> float:
     """Warm-up to leave out of spike detection: the scenario's `warmup_s`, else a default."""
-    params = ((run.manifest.get("scenario") or {}).get("params")) or {}
+    scenario = run.info.scenario
+    params = scenario.params if scenario is not None else {}
     try:
         return max(0.0, float(params.get("warmup_s", DEFAULT_WARMUP_S)))
     except (TypeError, ValueError):
@@ -384,8 +378,7 @@ def align(run: Run) -> Aligned:
     )
 
     model, max_batch, max_delay_ms = model_config(run)
-    server = (run.manifest.get("environment") or {}).get("server") or {}
-    for missing in server.get("not_recorded") or []:
+    for missing in run.info.environment.server.not_recorded:
         notes.append(f"not recorded from the server: {missing}")
     gpu = align_gpu(run.series("gpu"), grid) if run.has_series("gpu") else None
     host = align_host(run.series("host"), grid) if run.has_series("host") else None
@@ -548,7 +541,7 @@ def judge(
     throughput_rps = aligned.ok / window_s
     p99 = attributed.signals.p99_ms
     overall = _overall(run, aligned.load, aligned.corrected_h, aligned.service_h, start, end)
-    thresholds, source = resolve_slo(slo, run.manifest.get("slo"))
+    thresholds, source = resolve_slo(slo, run.info.slo)
     verdict = slo_verdict(thresholds, source, overall)
     alert_list = alerts(
         grid.starts_ns,
@@ -586,7 +579,6 @@ def judge(
             thresholds.get("p99_ms", 50.0),
             thresholds.get("errors_pct", 0.1),
         )
-    host_mem = ((run.manifest.get("environment") or {}).get("host") or {}).get("memory_bytes")
     soak = soak_drift(
         SoakSignals(
             t_s=grid.starts_s,
@@ -599,7 +591,7 @@ def judge(
             gpu_mem_used_bytes=gpu.mem_used_bytes if gpu else None,
             gpu_mem_total_bytes=gpu.mem_total_bytes if gpu else None,
             server_rss_bytes=host.server_rss_bytes if host else None,
-            host_memory_bytes=float(host_mem) if isinstance(host_mem, int | float) else None,
+            host_memory_bytes=run.info.environment.host.memory_bytes,
             compute_ms_per_request=triton.compute_ms_per_request if triton else None,
         )
     )

@@ -24,16 +24,7 @@ from loadkit.analysis.align import (
     reduce_on_grid,
 )
 from loadkit.analysis.model import BatchSizeMatrix
-
-# NVML clocks-event reason bits (nvmlClocksEventReason*).
-REASON_GPU_IDLE = 0x1
-REASON_SW_POWER_CAP = 0x4
-REASON_HW_SLOWDOWN = 0x8
-REASON_SW_THERMAL = 0x20
-REASON_HW_THERMAL = 0x40
-REASON_HW_POWER_BRAKE = 0x80
-THERMAL_BITS = REASON_SW_THERMAL | REASON_HW_THERMAL
-POWER_BITS = REASON_SW_POWER_CAP | REASON_HW_POWER_BRAKE
+from loadkit.rundir.schema import POWER_REASONS, REASON_COLUMNS, REASON_GPU_IDLE, THERMAL_REASONS
 
 BUSY_CORE_PCT = 95.0
 IDLE_CORE_PCT = 50.0
@@ -115,14 +106,7 @@ def _reason_bits(frame: pd.DataFrame) -> np.ndarray | None:
     mask = numeric(frame, "clocks_event_reasons")
     if mask is not None:
         return np.nan_to_num(mask, nan=0).astype(np.int64)
-    names = {
-        "reason_gpu_idle": REASON_GPU_IDLE,
-        "reason_sw_power_cap": REASON_SW_POWER_CAP,
-        "reason_hw_slowdown": REASON_HW_SLOWDOWN,
-        "reason_sw_thermal": REASON_SW_THERMAL,
-        "reason_hw_thermal": REASON_HW_THERMAL,
-        "reason_hw_power_brake": REASON_HW_POWER_BRAKE,
-    }
+    names = REASON_COLUMNS
     present = [n for n in names if n in frame.columns]
     if not present:
         return None
@@ -203,8 +187,8 @@ def _align_one_gpu(frame: pd.DataFrame, grid: WindowGrid) -> GpuSeries:
     power_r = np.full(grid.n, np.nan)
     if bits is not None:
         busy = ~idle
-        th = np.where(busy, ((bits & THERMAL_BITS) != 0).astype(float), np.nan)
-        pw = np.where(busy, ((bits & POWER_BITS) != 0).astype(float), np.nan)
+        th = np.where(busy, ((bits & THERMAL_REASONS) != 0).astype(float), np.nan)
+        pw = np.where(busy, ((bits & POWER_REASONS) != 0).astype(float), np.nan)
         thermal = reduce_on_grid(grid, t, th, "mean")
         power_r = reduce_on_grid(grid, t, pw, "mean")
     mem_total = numeric(frame, "mem_total_bytes")

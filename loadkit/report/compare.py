@@ -59,10 +59,9 @@ def _configuration(run: Run) -> dict[str, str]:
     target = {k: v for k, v in (m.get("target") or {}).items() if k != "url"}
     _flatten("target", target, flat)
     _flatten("slo", m.get("slo") or {}, flat)
-    models = ((m.get("environment") or {}).get("server") or {}).get("models") or {}
-    _flatten("model_config", models, flat)
-    gpu = (m.get("environment") or {}).get("gpu") or {}
-    flat["gpu.kind"] = str(gpu.get("kind", "n/a"))
+    environment = run.info.environment
+    _flatten("model_config", environment.server.models, flat)
+    flat["gpu.kind"] = environment.gpu.kind or "n/a"
     return flat
 
 

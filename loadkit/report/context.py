@@ -16,7 +16,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loadkit import __version__
-from loadkit.analysis.model import Analysis, Finding, SpikeEpisode
+from loadkit.analysis.model import (
+    Analysis,
+    Finding,
+    LatencyWindows,
+    Overview,
+    SpikeEpisode,
+    TelemetryWindows,
+    WindowSeries,
+)
 from loadkit.report import formatting as fmt
 from loadkit.report.plots import (
     AlignedPlot,
@@ -71,7 +79,7 @@ def build_context(run: Run, analysis: Analysis) -> dict[str, Any]:
         "knee": _knee(analysis),
         "soak": _soak(analysis),
         "metadata": _metadata(run, analysis),
-        "model_configs": _model_configs(manifest),
+        "model_configs": _model_configs(run),
         "notes": _notes(run, analysis),
         "figures": _figures(analysis),
         "overview_window_s": analysis.overview.window_s if analysis.overview else None,
@@ -519,9 +527,8 @@ def _gpu_text(gpu: Mapping[str, Any], gpu_kind: str) -> str:
     return f"simulated ({text})" if kind == "simulated" else text
 
 
-def _model_configs(manifest: Mapping[str, Any]) -> list[dict[str, str]]:
-    server = (manifest.get("environment") or {}).get("server") or {}
-    models = server.get("models") or {}
+def _model_configs(run: Run) -> list[dict[str, str]]:
+    models = run.info.environment.server.models
     return [
         {"name": str(name), "config": json.dumps(cfg, indent=2, sort_keys=True, default=str)}
         for name, cfg in sorted(models.items())
@@ -576,25 +583,38 @@ def _overview_timeline(analysis: Analysis) -> Timeline | None:
     o = analysis.overview
     if o is None:
         return None
+    return _timeline_of(analysis, o.t_s, o.corrected, o, o)
+
+
+def _timeline_of(
+    analysis: Analysis,
+    t_s: Sequence[float],
+    latency: LatencyWindows,
+    load: WindowSeries | Overview,
+    tel: TelemetryWindows | Overview,
+    **more: Any,
+) -> Timeline:
+    """A timeline at one resolution (the windows, or the overview's minutes) from its series."""
     return Timeline(
-        t_s=o.t_s,
-        latency_ms={label: o.corrected.percentile(name) for name, label in PERCENTILES},
+        t_s=t_s,
+        latency_ms={label: latency.percentile(name) for name, label in PERCENTILES},
         slo_p99_ms=slo_threshold(analysis, "p99"),
-        offered_rps=o.offered_rps,
-        achieved_rps=o.throughput_rps,
+        offered_rps=load.offered_rps,
+        achieved_rps=load.throughput_rps,
         spans=_spans(analysis),
-        gpu_util_pct=o.gpu_util_pct,
-        sm_clock_mhz=o.gpu_sm_clock_mhz,
-        sm_clock_max_mhz=o.gpu_sm_clock_max_mhz,
-        temp_c=o.gpu_temp_c,
-        power_w=o.gpu_power_w,
-        power_limit_w=o.gpu_power_limit_w,
+        gpu_util_pct=tel.gpu_util_pct,
+        sm_clock_mhz=tel.gpu_sm_clock_mhz,
+        sm_clock_max_mhz=tel.gpu_sm_clock_max_mhz,
+        temp_c=tel.gpu_temp_c,
+        power_w=tel.gpu_power_w,
+        power_limit_w=tel.gpu_power_limit_w,
         gpu_simulated=analysis.run.gpu_kind == "simulated",
-        cpu_busiest_core_pct=o.cpu_core_max_pct,
-        cpu_mean_pct=o.cpu_mean_pct,
-        cgroup_throttled_pct=o.cgroup_throttled_pct,
-        queue_ms=o.queue_ms_per_request,
-        compute_ms=o.compute_ms_per_request,
+        cpu_busiest_core_pct=tel.cpu_core_max_pct,
+        cpu_mean_pct=tel.cpu_mean_pct,
+        cgroup_throttled_pct=tel.cgroup_throttled_pct,
+        queue_ms=tel.queue_ms_per_request,
+        compute_ms=tel.compute_ms_per_request,
+        **more,
     )
 
 
@@ -666,28 +686,15 @@ def _timeline(analysis: Analysis) -> Timeline:
     if batch is not None and batch.counts and batch.sizes:
         # counts[window][size] -> [size][window]: the heatmap's rows are sizes.
         batch_by_size = [list(col) for col in zip(*batch.counts, strict=True)]
-    return Timeline(
-        t_s=w.t_s,
-        latency_ms={label: w.corrected.percentile(name) for name, label in PERCENTILES},
-        slo_p99_ms=slo_threshold(analysis, "p99"),
-        offered_rps=w.offered_rps,
-        achieved_rps=w.throughput_rps,
-        spans=_spans(analysis),
-        gpu_util_pct=tel.gpu_util_pct,
-        sm_clock_mhz=tel.gpu_sm_clock_mhz,
-        sm_clock_max_mhz=tel.gpu_sm_clock_max_mhz,
-        temp_c=tel.gpu_temp_c,
-        power_w=tel.gpu_power_w,
-        power_limit_w=tel.gpu_power_limit_w,
-        gpu_simulated=analysis.run.gpu_kind == "simulated",
+    return _timeline_of(
+        analysis,
+        w.t_s,
+        w.corrected,
+        w,
+        tel,
         cpu_per_core_pct=tel.cpu_per_core_pct,
-        cpu_busiest_core_pct=tel.cpu_core_max_pct,
-        cpu_mean_pct=tel.cpu_mean_pct,
-        cgroup_throttled_pct=tel.cgroup_throttled_pct,
         batch_sizes=tuple(batch.sizes) if batch is not None else (),
         batch_executions=batch_by_size,
-        queue_ms=tel.queue_ms_per_request,
-        compute_ms=tel.compute_ms_per_request,
     )
 
 

@@ -107,6 +107,8 @@ def na(cause: str, why: str) -> Signature:
 
 
 SignatureFn = Callable[[Signals, np.ndarray], Signature]
+# summary(evidence, "3/4 spike episodes", share of windows or None) -> one sentence
+SummaryFn = Callable[[list[Evidence], str, float | None], str]
 T = TypeVar("T")
 
 
