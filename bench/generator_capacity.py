@@ -219,9 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker-rates", default="3000,4000,5000,6000,7000,8000")
     parser.add_argument("--users", type=int, default=100, help="pool for the fixed-user ladders")
     args = parser.parse_args(argv)
-    rates = [float(r) for r in args.rates.split(",")]
-    fixed_rates = [float(r) for r in args.fixed_rates.split(",")]
-    worker_rates = [float(r) for r in args.worker_rates.split(",")]
+    rates = [float(r) for r in args.rates.split(",") if r]
+    fixed_rates = [float(r) for r in args.fixed_rates.split(",") if r]
+    worker_rates = [float(r) for r in args.worker_rates.split(",") if r]
     out = Path(tempfile.mkdtemp(prefix="loadkit-bench-capacity-"))
     body = bare_body()
     rows: list[Measured] = []

@@ -35,29 +35,24 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._support import table  # noqa: E402
-from bench.analysis_scale import (  # noqa: E402
-    EPISODE_LENGTH_S,
-    EPISODE_PERIOD_S,
-    NS,
-    SLOWEST,
-    START_NS,
-    _hist_pool,
-    _throttled,
-    measure,
+from bench._support import (  # noqa: E402
+    finish_scale_run,
+    start_scale_run,
+    table,
+    write_latency_load_samples,
+    write_telemetry,
 )
+from bench.analysis_scale import measure  # noqa: E402
 from loadkit.analysis.drift import robust_trend  # noqa: E402
 from loadkit.load.recorder import reservoir_size  # noqa: E402
-from loadkit.rundir import RunWriter  # noqa: E402
-from loadkit.rundir.layout import LATENCY_DIR, LOAD_DIR, REQUESTS_DIR, TELEMETRY_DIR  # noqa: E402
+from loadkit.rundir.layout import LOAD_DIR, REQUESTS_DIR, TELEMETRY_DIR  # noqa: E402
 from loadkit.rundir.segments import segment_name  # noqa: E402
-from loadkit.rundir.writer import append_event, dumps_row, write_manifest  # noqa: E402
 
 HOUR_S = 3600
 MIB = 2**20
@@ -95,183 +90,32 @@ class SegmentedSeries:
 def write_soak_run(out_dir: Path, duration_s: int, rate: int = 2000, seed: int = 1) -> Path:
     """A version 2 run directory of `duration_s` seconds at `rate` requests/s; its path."""
     rng = np.random.default_rng(seed)
-    writer = RunWriter.create(
-        out_dir=out_dir,
-        run_id=f"soak-{duration_s}s-{rate}rps",
-        kind="load",
-        scenario={"name": "soak", "path": None, "params": {"rate": float(rate)}, "model": "open"},
-        target={"url": "http://127.0.0.1:8000", "protocol": "http", "model": "ranker"},
-        slo={"p99_ms": 50.0, "errors_pct": 1.0},
-        environment={
-            "host": {"hostname": "bench", "cores_logical": 8, "memory_bytes": 64 * 2**30},
-            "gpu": {"kind": "simulated", "devices": [{"index": 0, "name": "Simulated GPU"}]},
-            "server": {"name": "triton", "version": "2.51.0", "extensions": [], "models": {}},
-        },
-        command_line=["bench/soak.py"],
+    writer = start_scale_run(
+        out_dir,
+        f"soak-{duration_s}s-{rate}rps",
+        duration_s,
+        rate,
+        {"hostname": "bench", "cores_logical": 8, "memory_bytes": 64 * 2**30},
+        "bench/soak.py",
     )
     path = writer.path
-    (path / "events.jsonl").unlink()  # RunWriter stamps "now"; this run lives at START_NS
-    append_event(path, "phase", "run-start", t_ns=START_NS)
-    append_event(path, "phase", "load-start", t_ns=START_NS, rate=float(rate))
-    for s0 in range(EPISODE_PERIOD_S - EPISODE_LENGTH_S, duration_s, EPISODE_PERIOD_S):
-        t0, t1 = START_NS + s0 * NS, START_NS + (s0 + EPISODE_LENGTH_S) * NS
-        append_event(path, "fault", "thermal-throttle", t_ns=t0, action="start", simulated=True)
-        append_event(path, "fault", "thermal-throttle", t_ns=t1, action="end", simulated=True)
-    normal = _hist_pool(rng, rate, spike=False, size=48)
-    spiky = _hist_pool(rng, rate, spike=True, size=16)
     last_hour = (duration_s - 1) // HOUR_S
-    (path / LATENCY_DIR).mkdir(exist_ok=True)
-    (path / LOAD_DIR).mkdir(exist_ok=True)
     reqs = SegmentedSeries(path / REQUESTS_DIR, "local", last_hour)
-    base_s = START_NS / NS
-    with (
-        open(path / LATENCY_DIR / "local.hlog", "w", encoding="ascii") as hlog,
-        open(path / LOAD_DIR / "local.jsonl", "w", encoding="utf-8") as load,
-    ):
-        hlog.write("#[loadkit interval log v1: values in microseconds]\n")
-        hlog.write(f"#[StartTime: {base_s:.3f} (seconds since epoch)]\n")
-        hlog.write(f"#[BaseTime: {base_s:.3f} (seconds since epoch)]\n")
-        hlog.write(
-            '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"\n'
-        )
-        for s in range(duration_s):
-            spike = _throttled(s)
-            corrected, service = (spiky if spike else normal)[int(rng.integers(0, 16))]
-            hlog.write(f"Tag=corrected:infer,{s:.3f},1.000,{corrected}\n")
-            hlog.write(f"Tag=service:infer,{s:.3f},1.000,{service}\n")
-            t_ns = START_NS + s * NS
-            load.write(
-                f'{{"t_ns": {t_ns}, "interval_ns": {NS}, "process": "local", "name": "infer", '
-                f'"offered": {rate}, "started": {rate}, "ok": {rate}, "errors": 0, '
-                f'"dropped": 0, "in_flight": {rate // 100}, "out_of_range": 0, '
-                f'"error_kinds": {{}}, "dispatch_lag_max_ms": {rng.uniform(0.5, 3):.3f}}}\n'
-            )
-            kept = reservoir_size(s)
-            n = kept + SLOWEST
-            intended = t_ns + np.sort(rng.integers(0, NS, n))
-            sent = intended + rng.integers(20_000, 400_000, n)
-            service_ns = rng.lognormal(np.log(8e6 * (3 if spike else 1)), 0.35, n).astype(np.int64)
-            done = sent + service_ns
-            reqs.at(s).write(
-                "".join(
-                    f'{{"t_ns": {i}, "sent_ns": {a}, "done_ns": {d}, "name": "infer", '
-                    f'"ok": true, "error_kind": null, "connection_new": false, '
-                    f'"sampled": "{"slowest" if k >= kept else "reservoir"}"}}\n'
-                    for k, (i, a, d) in enumerate(
-                        zip(intended.tolist(), sent.tolist(), done.tolist(), strict=True)
-                    )
-                )
-            )
+    write_latency_load_samples(path, duration_s, rate, rng, reqs.at, reservoir_size)
     reqs.close()
-    _write_telemetry(path, duration_s, rate, rng, last_hour)
-    end_ns = START_NS + duration_s * NS
-    append_event(path, "phase", "load-end", t_ns=end_ns)
-    append_event(path, "phase", "run-end", t_ns=end_ns, status="complete")
-    writer.manifest.update(status="complete", start_ns=START_NS, end_ns=end_ns)
-    writer.manifest["sources"] = [
-        {"name": "gpu", "file": "telemetry/gpu.jsonl", "interval_s": 0.1, "simulated": True},
-        {"name": "host", "file": "telemetry/host.jsonl", "interval_s": 0.2, "simulated": False},
-        {"name": "triton_stats", "file": "telemetry/triton_stats.jsonl", "interval_s": 1.0},
-    ]
-    for source in writer.manifest["sources"]:
-        source.setdefault("simulated", False)
-        source["warning"] = None
-    writer.manifest["notes"].append("synthetic run written by bench/soak.py")
-    write_manifest(path, writer.manifest)
-    return path
-
-
-def _write_telemetry(
-    path: Path, duration_s: int, rate: int, rng: np.random.Generator, last_hour: int
-) -> None:
     folder = path / TELEMETRY_DIR
-    gpu = SegmentedSeries(folder, "gpu", last_hour)
-    energy = 0.0
-    for k in range(duration_s * 10):
-        t = k / 10
-        hot = _throttled(t)
-        power = 250.0 + rng.normal(0, 4)
-        energy += power * 100
-        row = {
-            "t_ns": START_NS + k * NS // 10,
-            "gpu": 0,
-            "util_gpu_pct": round(float(rng.uniform(55, 70)), 1),
-            "util_mem_pct": round(float(rng.uniform(20, 30)), 1),
-            "mem_used_bytes": 20 * 2**30 + int(rng.normal(0, 20 * MIB)),
-            "mem_total_bytes": 80 * 2**30,
-            "sm_clock_mhz": 990 if hot else 1980,
-            "sm_clock_max_mhz": 1980,
-            "mem_clock_mhz": 2619,
-            "mem_clock_max_mhz": 2619,
-            "temp_c": round(91.0 if hot else 70.0 + float(rng.normal(0, 0.3)), 1),
-            "temp_slowdown_c": 90,
-            "temp_shutdown_c": 95,
-            "power_w": round(power, 1),
-            "power_limit_w": 350.0,
-            "energy_mj": int(energy),
-            "clocks_event_reasons": 0x60 if hot else 0,
-            "reason_gpu_idle": False,
-            "reason_sw_power_cap": False,
-            "reason_hw_slowdown": False,
-            "reason_sw_thermal": hot,
-            "reason_hw_thermal": hot,
-            "reason_hw_power_brake": False,
-            "pcie_tx_kbps": None,
-            "pcie_rx_kbps": None,
-            "proc_mem_bytes": None,
-            "simulated": True,
-        }
-        gpu.at(t).write(dumps_row(row) + "\n")
-    gpu.close()
-    host = SegmentedSeries(folder, "host", last_hour)
-    periods = 0
-    for k in range(duration_s * 5):
-        t = k / 5
-        cores = np.clip(rng.normal(35.0, 8.0, 8), 0, 100).round(1)
-        periods += 2
-        rss = 3 * 2**30 + RSS_GROWTH_PER_H * t / HOUR_S + rng.normal(0, 16 * MIB)
-        row = {
-            "t_ns": START_NS + k * NS // 5,
-            "cpu_pct": round(float(cores.mean()), 1),
-            "cpu_per_core_pct": cores.tolist(),
-            "cores": 8,
-            "load1": round(float(cores.sum() / 100), 2),
-            "psi_cpu_some_avg10": 0.5,
-            "server_cpu_pct": round(float(cores.mean() * 1.5), 1),
-            "server_rss_bytes": int(rss),
-            "cgroup_nr_periods": periods,
-            "cgroup_nr_throttled": 0,
-            "cgroup_throttled_ns": 0,
-            "tcp_new_connections": 0,
-            "mem_used_bytes": 40 * 2**30,
-        }
-        host.at(t).write(dumps_row(row) + "\n")
-    host.close()
-    stats = SegmentedSeries(folder, "triton_stats", last_hour)
-    cum = {"success_count": 0, "execution_count": 0, "queue_ns": 0, "compute_infer_ns": 0}
-    for s in range(duration_s):
-        execs = rate // 8
-        delta = {
-            "success_count": rate,
-            "execution_count": execs,
-            "queue_ns": int(rate * 2e6),
-            "compute_infer_ns": int(execs * (8e6 if _throttled(s) else 4e6)),
-        }
-        for key, value in delta.items():
-            cum[key] += value
-        row2: dict[str, Any] = {
-            "t_ns": START_NS + s * NS,
-            "interval_ns": NS,
-            "model": "ranker",
-            "version": "1",
-        }
-        row2.update(cum)
-        row2["inference_count"] = cum["success_count"]
-        row2.update({f"{k}_delta": v for k, v in delta.items()})
-        row2["inference_count_delta"] = rate
-        row2["batch_sizes"] = {"8": execs}
-        stats.at(s).write(dumps_row(row2) + "\n")
-    stats.close()
+    series = [SegmentedSeries(folder, name, last_hour) for name in ("gpu", "host", "triton_stats")]
+    write_telemetry(
+        *(s.at for s in series),
+        duration_s,
+        rate,
+        rng,
+        gpu_mem_noise_bytes=20 * MIB,
+        server_rss=lambda t: 3 * 2**30 + RSS_GROWTH_PER_H * t / HOUR_S + rng.normal(0, 16 * MIB),
+    )
+    for s in series:
+        s.close()
+    return finish_scale_run(writer, duration_s, False, "synthetic run written by bench/soak.py")
 
 
 def _size_mib(path: Path) -> float:

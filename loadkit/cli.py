@@ -41,11 +41,7 @@ def _available_commands(only: str | None = None) -> dict[str, ModuleType]:
     for name, module_name in COMMANDS.items():
         if only is not None and name != only:
             continue
-        try:
-            modules[name] = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
+        modules[name] = importlib.import_module(module_name)
     return modules
 
 

@@ -1,7 +1,7 @@
 """Latency forensics over a loaded run: pure functions that produce an `Analysis`.
 
-The pipeline (align -> windowed percentiles -> spike episodes -> periodicity ->
-attribution -> verdicts) is in `pipeline.analyze_run`; the result model, which
+The pipeline (align -> detect -> attribute -> judge: typed stages) is in
+`pipeline.analyze_run`; the result model, which
 is the contract with the reporters, is in `model` (docs/analysis.md).
 """
 

@@ -72,6 +72,28 @@ def baseline_mask(n: int, episodes: Sequence[SpikeEpisode], starts_ns: np.ndarra
     return mask
 
 
+# The baseline is the windows outside every percentile's episodes, unless that leaves
+# fewer than this many (a noisy host makes P50 and P95 episodes everywhere; a median or a
+# compute fit on a handful of windows is noise): then the windows outside the attributed
+# percentile's episodes.
+MIN_BASELINE_WINDOWS = 10
+
+
+def baseline_for(
+    n: int,
+    episodes: Sequence[SpikeEpisode],
+    all_episodes: Sequence[SpikeEpisode],
+    starts_ns: np.ndarray,
+) -> np.ndarray:
+    """The windows causes and latency parts are compared against (attributed `episodes` first)."""
+    baseline = baseline_mask(n, all_episodes, starts_ns)
+    if baseline.sum() < MIN_BASELINE_WINDOWS:
+        baseline = baseline_mask(n, episodes, starts_ns)
+    if baseline.sum() < 3:  # nearly everything is an episode: use all windows
+        baseline = np.ones(n, dtype=bool)
+    return baseline
+
+
 def _episode_windows(e: SpikeEpisode, starts_ns: np.ndarray, lead: int) -> np.ndarray:
     idx = np.nonzero((starts_ns >= e.start_ns) & (starts_ns < e.end_ns))[0]
     mask = np.zeros(len(starts_ns), dtype=bool)
@@ -256,9 +278,7 @@ def attribute(
     causes: Sequence[Cause] = REGISTRY,
 ) -> Attribution:
     """Test every cause against `episodes`; also tag `all_episodes` whose windows carry a found cause."""
-    baseline = baseline_mask(sig.n, all_episodes, sig.starts_ns)
-    if baseline.sum() < 3:  # nearly everything is an episode: use all windows
-        baseline = np.ones(sig.n, dtype=bool)
+    baseline = baseline_for(sig.n, episodes, all_episodes, sig.starts_ns)
     findings: list[Finding] = []
     checks: list[CauseCheck] = []
     causes_by_episode: dict[str, list[str]] = {}
@@ -325,6 +345,7 @@ __all__ = [
     "Signals",
     "Signature",
     "attribute",
+    "baseline_for",
     "baseline_mask",
     "cliffs_delta",
     "compute_inflation",

@@ -1,8 +1,8 @@
 """Spans to shade on timelines: GPU clock throttling, cgroup CPU throttling, injected faults.
 
-Throttle spans are runs of windows classified with the same thresholds as
-attribution (`loadkit/analysis/attribution.py`), so what the timeline shades is
-what the findings mean. Fault spans are ground truth read from events.jsonl
+Throttle spans are runs of windows classified by the rule attribution uses
+(`causes._gpu_clock.throttle_classes`), so what the timeline shades is what the
+findings mean. Fault spans are ground truth read from events.jsonl
 (`kind: fault`, `action: start/end`): they are for the reader (and the diagnosis
 benchmark) to check the findings against, and never feed attribution.
 """
@@ -15,17 +15,16 @@ import numpy as np
 import pandas as pd
 
 from loadkit.analysis.align import NS, WindowGrid
-from loadkit.analysis.attribution import (
-    CGROUP_THROTTLED_PCT,
-    CLOCK_DROP_RATIO,
-    POWER_AT_LIMIT,
-    REASON_SHARE,
-)
+from loadkit.analysis.causes._gpu_clock import throttle_classes
+from loadkit.analysis.causes.cgroup_throttling import CGROUP_THROTTLED_PCT
 from loadkit.analysis.episodes import hot_runs
-from loadkit.analysis.model import Interval
+from loadkit.analysis.model import (
+    CAUSE_GPU_CLOCK_OTHER,
+    CAUSE_GPU_POWER,
+    CAUSE_GPU_THERMAL,
+    Interval,
+)
 from loadkit.analysis.telemetry import GpuSeries, HostSeries, events_of
-
-HOT_GPU_C = 85.0  # without reason bits, a clock drop this hot counts as thermal
 
 GPU_LABELS = {
     "gpu_thermal": "GPU thermal throttling",
@@ -47,26 +46,17 @@ def _span(
     return lo, hi, (lo - run_start_ns) / NS, (hi - run_start_ns) / NS
 
 
-def gpu_throttle_classes(gpu: GpuSeries) -> dict[str, np.ndarray]:
-    """Per window: thermal, power or other-clock throttling (exclusive, in that order).
+# Interval kinds of the three clock causes (`throttle_classes`).
+GPU_KINDS = {
+    CAUSE_GPU_THERMAL: "gpu_thermal",
+    CAUSE_GPU_POWER: "gpu_power",
+    CAUSE_GPU_CLOCK_OTHER: "gpu_clock_other",
+}
 
-    With reason bits a window is thermal/power when ≥ REASON_SHARE of its busy
-    samples carry the bit (NVML says the clocks are held back for that reason),
-    and "other" when the busy SM clock is under CLOCK_DROP_RATIO of max with
-    neither bit. Without bits, a clock drop is thermal when the GPU is hot and
-    power when it draws ≥ POWER_AT_LIMIT of its limit, as in attribution.
-    """
-    drop = np.nan_to_num(gpu.clock_ratio_busy, nan=1.0) < CLOCK_DROP_RATIO
-    if gpu.has_reasons:
-        thermal = np.nan_to_num(gpu.thermal_reason, nan=0.0) >= REASON_SHARE
-        power = np.nan_to_num(gpu.power_reason, nan=0.0) >= REASON_SHARE
-    else:
-        thermal = drop & (np.nan_to_num(gpu.temp_c, nan=0.0) >= HOT_GPU_C)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = np.nan_to_num(gpu.power_w / gpu.power_limit_w, nan=0.0)
-        power = drop & (share >= POWER_AT_LIMIT)
-    power &= ~thermal
-    return {"gpu_thermal": thermal, "gpu_power": power, "gpu_clock_other": drop & ~thermal & ~power}
+
+def gpu_throttle_classes(gpu: GpuSeries) -> dict[str, np.ndarray]:
+    """Per window and interval kind: thermal, power or other-clock throttling (attribution's rule)."""
+    return {GPU_KINDS[cause]: mask for cause, mask in throttle_classes(gpu).items()}
 
 
 def gpu_intervals(

@@ -1,9 +1,14 @@
-"""`analyze_run(run, slo) -> Analysis`: the whole pipeline over one loaded run directory."""
+"""`analyze_run(run, slo) -> Analysis`: the whole pipeline over one loaded run directory.
+
+Four typed stages, each a function that can be tested and timed alone:
+`align` (windows on one grid) -> `detect` (episodes, periods, phases) ->
+`attribute` (causes, latency breakdown) -> `judge` (verdicts, the `Analysis`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -11,16 +16,20 @@ import pandas as pd
 
 from loadkit import __version__
 from loadkit.analysis import attribution as attr
+from loadkit.analysis.alerts import alerts
 from loadkit.analysis.align import NS, WindowGrid, make_grid
 from loadkit.analysis.breakdown import breakdown, label_episodes
 from loadkit.analysis.drift import SoakSignals, soak_drift
 from loadkit.analysis.episodes import baseline_windows_for, find_episodes
 from loadkit.analysis.figures import with_figure_values
 from loadkit.analysis.gaps import CompletionGaps, gaps_from_load, gaps_from_samples
+from loadkit.analysis.knee import saturation_knee
+from loadkit.analysis.latency_counts import LatencyCounts
 from loadkit.analysis.model import (
     SCHEMA_VERSION,
     Analysis,
     Finding,
+    LatencyBreakdown,
     OverallStats,
     Periodicity,
     PhaseMark,
@@ -46,7 +55,14 @@ from loadkit.analysis.percentiles import (
     window_percentiles,
 )
 from loadkit.analysis.periodicity import detect_periodicity, run_period
+from loadkit.analysis.recovery import BurstPhase, burst_recovery, rolling_p99
+from loadkit.analysis.slo import resolve_slo, slo_verdict
 from loadkit.analysis.telemetry import (
+    GpuSeries,
+    HostSeries,
+    LoadSeries,
+    RequestSampleSeries,
+    TritonSeries,
     align_gpu,
     align_host,
     align_load,
@@ -55,15 +71,7 @@ from loadkit.analysis.telemetry import (
     events_of,
     new_connections_per_s,
 )
-from loadkit.analysis.verdicts import (
-    BurstPhase,
-    alerts,
-    burst_recovery,
-    resolve_slo,
-    rolling_p99,
-    saturation_knee,
-    slo_verdict,
-)
+from loadkit.errors import RunFormatError
 from loadkit.rundir import Run
 
 PRIMARY_PERCENTILES = ("p99", "p95", "p50")
@@ -98,7 +106,7 @@ def _time_bounds(run: Run, intervals: IntervalCounts) -> tuple[int, int] | None:
         starts.append(int(load["t_ns"].min()))
         ends.append(int(load["t_ns"].max()) + NS)
     start = run.start_ns or (min(starts) if starts else None)
-    end = run.manifest.get("end_ns") or (max(ends) if ends else run.end_ns)
+    end = run.info.end_ns or (max(ends) if ends else run.end_ns)
     if start is None or end is None or end <= start:
         return None
     return int(start), int(end)
@@ -106,14 +114,13 @@ def _time_bounds(run: Run, intervals: IntervalCounts) -> tuple[int, int] | None:
 
 def model_config(run: Run) -> tuple[str | None, int | None, float | None]:
     """(model name, max_batch_size, max_queue_delay in ms) from the manifest's Triton config."""
-    target = run.manifest.get("target") or {}
-    server = (run.manifest.get("environment") or {}).get("server") or {}
-    models = server.get("models") or {}
-    name = target.get("model") if isinstance(target, dict) else None
-    config: Any = models.get(name) if name in models else None
+    info = run.info
+    models = info.environment.server.models
+    name = info.target.model if info.target is not None else None
+    config = models.get(name) if name is not None else None
     if config is None and len(models) == 1:
         name, config = next(iter(models.items()))
-    if not isinstance(config, dict):
+    if config is None:
         return name, None, None
     max_batch = config.get("max_batch_size")
     batching = config.get("dynamic_batching")
@@ -150,29 +157,23 @@ def completion_gaps(load: pd.DataFrame, samples: pd.DataFrame) -> CompletionGaps
 
 
 def _run_info(run: Run, start: int, end: int) -> RunInfo:
-    m = run.manifest
-    scenario = m.get("scenario") or {}
-    target = m.get("target") or {}
-    gpu = (m.get("environment") or {}).get("gpu") or {}
-    simulated = gpu.get("kind") == "simulated" or any(
-        isinstance(s, dict) and s.get("simulated") for s in m.get("sources") or []
-    )
+    info = run.info
     return RunInfo(
         run_id=run.run_id,
         path=str(run.path),
-        kind=str(m.get("kind", "load")),
+        kind=info.kind,
         status=run.status,
-        scenario=scenario.get("name") if isinstance(scenario, dict) else None,
-        target_url=target.get("url") if isinstance(target, dict) else None,
-        model=target.get("model") if isinstance(target, dict) else None,
+        scenario=info.scenario.name if info.scenario is not None else None,
+        target_url=info.target.url if info.target is not None else None,
+        model=info.target.model if info.target is not None else None,
         start_ns=start,
         end_ns=end,
         duration_s=(end - start) / NS,
-        gpu_kind=str(gpu.get("kind", "none")),
-        simulated=bool(simulated),
-        loadkit_version=m.get("loadkit_version"),
+        gpu_kind=info.environment.gpu.kind or "none",
+        simulated=info.simulated,
+        loadkit_version=info.loadkit_version,
         analyzed_with=__version__,
-        abort=_run_abort(m.get("abort"), start),
+        abort=_run_abort(info.abort, start),
     )
 
 
@@ -237,22 +238,82 @@ def _phases(
 
 def _warmup_s(run: Run) -> float:
     """Warm-up to leave out of spike detection: the scenario's `warmup_s`, else a default."""
-    params = ((run.manifest.get("scenario") or {}).get("params")) or {}
+    scenario = run.info.scenario
+    params = scenario.params if scenario is not None else {}
     try:
         return max(0.0, float(params.get("warmup_s", DEFAULT_WARMUP_S)))
     except (TypeError, ValueError):
         return DEFAULT_WARMUP_S
 
 
-def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
-    """Analyze a loaded run. `slo`: thresholds from the command line (p99_ms, errors_pct, ...)."""
+@dataclass(frozen=True)
+class Aligned:
+    """Stage 1, align: the run's latency, load and telemetry on one window grid."""
+
+    run: Run
+    start_ns: int
+    end_ns: int
+    grid: WindowGrid
+    intervals: IntervalCounts
+    corrected_h: list[LatencyCounts | None]
+    service_h: list[LatencyCounts | None]
+    windows: WindowSeries
+    load: LoadSeries | None
+    ok: np.ndarray  # per window: load counters, else the histograms' counts
+    errors: np.ndarray  # per window, NaN without load counters (also offered, dropped, in flight)
+    offered: np.ndarray
+    in_flight: np.ndarray
+    completed: np.ndarray  # ok + errors per window (the histograms' counts without load counters)
+    gpu: GpuSeries | None
+    host: HostSeries | None
+    triton: TritonSeries | None
+    samples: RequestSampleSeries | None
+    gaps: CompletionGaps | None
+    max_batch_size: int | None
+    max_queue_delay_ms: float | None
+    telemetry: TelemetryWindows
+    notes: tuple[str, ...]
+
+    @property
+    def window_s(self) -> float:
+        return self.grid.window_s
+
+
+@dataclass(frozen=True)
+class Detected:
+    """Stage 2, detect: spike episodes per percentile, their periodicity, the run's phases."""
+
+    episodes: tuple[SpikeEpisode, ...]
+    periodicity: tuple[Periodicity, ...]
+    primary: str  # the percentile whose episodes are attributed
+    phases: tuple[PhaseMark, ...]
+    bursts: tuple[BurstPhase, ...]
+    steps: tuple[tuple[int, float | None], ...]
+    warmup_end_ns: int
+    notes: tuple[str, ...]
+
+    @property
+    def episodes_for_primary(self) -> list[SpikeEpisode]:
+        return [e for e in self.episodes if e.percentile == self.primary]
+
+
+@dataclass(frozen=True)
+class Attributed:
+    """Stage 3, attribute: causes tested against the episodes, and where the time went."""
+
+    signals: attr.Signals
+    attribution: attr.Attribution
+    episodes: tuple[SpikeEpisode, ...]  # the detected ones, with causes and the part that grew
+    breakdown: LatencyBreakdown
+
+
+def align(run: Run) -> Aligned:
+    """Window the latency histograms, then put load counters and every telemetry series on the grid."""
     notes: list[str] = []
     # One pass over the interval logs, one decoded histogram at a time.
     intervals = collect_intervals(run.iter_latency_intervals())
     bounds = _time_bounds(run, intervals)
     if bounds is None:
-        from loadkit.errors import RunFormatError
-
         raise RunFormatError(
             f"{run.path} has no latency histograms or load counters to analyze",
             hint="analysis needs a load run (latency/*.hlog); `loadkit watch` runs only have telemetry",
@@ -317,8 +378,7 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
     )
 
     model, max_batch, max_delay_ms = model_config(run)
-    server = (run.manifest.get("environment") or {}).get("server") or {}
-    for missing in server.get("not_recorded") or []:
+    for missing in run.info.environment.server.not_recorded:
         notes.append(f"not recorded from the server: {missing}")
     gpu = align_gpu(run.series("gpu"), grid) if run.has_series("gpu") else None
     host = align_host(run.series("host"), grid) if run.has_series("host") else None
@@ -343,21 +403,51 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         notes.append(
             f"{resets} counter reset(s) seen in telemetry (handled: rates restart from the new value)"
         )
-    telemetry = _telemetry_windows(gpu, host, triton, samples, ok / window_s)
+    return Aligned(
+        run=run,
+        start_ns=start,
+        end_ns=end,
+        grid=grid,
+        intervals=intervals,
+        corrected_h=corrected_h,
+        service_h=service_h,
+        windows=windows,
+        load=load,
+        ok=ok,
+        errors=errors,
+        offered=offered,
+        in_flight=in_flight,
+        completed=completed if load is not None else hist_counts,
+        gpu=gpu,
+        host=host,
+        triton=triton,
+        samples=samples,
+        gaps=gaps,
+        max_batch_size=max_batch,
+        max_queue_delay_ms=max_delay_ms,
+        telemetry=_telemetry_windows(gpu, host, triton, samples, ok / window_s),
+        notes=tuple(notes),
+    )
 
+
+def detect(aligned: Aligned) -> Detected:
+    """Spike episodes of each percentile after the warm-up, their period, and the phase events."""
+    notes: list[str] = []
+    grid, window_s, start = aligned.grid, aligned.window_s, aligned.start_ns
+    latency = aligned.windows.corrected
     episodes: list[SpikeEpisode] = []
     periodicity: list[Periodicity] = []
     bw = baseline_windows_for(window_s)
-    warmup_s = _warmup_s(run)
+    warmup_s = _warmup_s(aligned.run)
     warming_up = grid.starts_ns < start + int(warmup_s * 1e9)
     if warmup_s > 0:
         notes.append(
             f"the first {warmup_s:g} s (warm-up: connections opening, model warming) are "
             "left out of spike detection; they count in the overall numbers"
         )
-    typical = float(np.median([c for c in corrected.latency.basis_count if c] or [0]))
+    typical = float(np.median([c for c in latency.basis_count if c] or [0]))
     for pct, q in WINDOW_PERCENTILES.items():
-        values = corrected.latency.percentile(pct)
+        values = latency.percentile(pct)
         needed = int(round(1.0 / (1.0 - q / 100.0)))  # 100 for P99, 1000 for P99.9
         if needed > 2 and typical < needed:
             why = (
@@ -371,56 +461,87 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         found, _ = find_episodes(settled, grid.starts_ns, window_s, start, pct, baseline_windows=bw)
         episodes.extend(found)
         periodicity.append(detect_periodicity(settled, window_s, found, pct))
-
-    marks, bursts, steps = _phases(run, start)
-    burst_mask = np.zeros(grid.n, dtype=bool)
-    for b in bursts:
-        burst_mask |= (grid.starts_ns >= b.start_ns) & (grid.starts_ns < (b.end_ns or grid.end_ns))
-    p99 = _array(corrected.latency.p99_ms)
-    signals = attr.Signals(
-        window_s=window_s,
-        starts_ns=grid.starts_ns,
-        p99_ms=p99,
-        service_p50_ms=_array(service.latency.p50_ms),
-        completed=completed if load is not None else hist_counts,
-        offered_rps=offered / window_s,
-        throughput_rps=ok / window_s,
-        in_flight=in_flight,
-        gpu=gpu,
-        host=host,
-        triton=triton,
-        samples=samples,
-        max_batch_size=max_batch,
-        max_queue_delay_ms=max_delay_ms,
-        burst_mask=burst_mask,
-        corrected_p50_ms=_array(corrected.latency.p50_ms),
-        dispatch_lag_ms=load.dispatch_lag_max_ms if load is not None else None,
-        gaps=gaps,
-    )
     primary = next(
         (p for p in PRIMARY_PERCENTILES if any(e.percentile == p for e in episodes)), "p99"
     )
-    attribution = attr.attribute(
-        signals, [e for e in episodes if e.percentile == primary], episodes
+    marks, bursts, steps = _phases(aligned.run, start)
+    return Detected(
+        episodes=tuple(episodes),
+        periodicity=tuple(periodicity),
+        primary=primary,
+        phases=tuple(marks),
+        bursts=tuple(bursts),
+        steps=tuple(steps),
+        warmup_end_ns=start + int(warmup_s * NS),
+        notes=tuple(notes),
     )
+
+
+def attribute(aligned: Aligned, detected: Detected) -> Attributed:
+    """Test every cause against the primary percentile's episodes; break latency into parts."""
+    grid, window_s = aligned.grid, aligned.window_s
+    latency, service = aligned.windows.corrected, aligned.windows.service
+    burst_mask = np.zeros(grid.n, dtype=bool)
+    for b in detected.bursts:
+        burst_mask |= (grid.starts_ns >= b.start_ns) & (grid.starts_ns < (b.end_ns or grid.end_ns))
+    load = aligned.load
+    signals = attr.Signals(
+        window_s=window_s,
+        starts_ns=grid.starts_ns,
+        p99_ms=_array(latency.p99_ms),
+        service_p50_ms=_array(service.p50_ms),
+        completed=aligned.completed,
+        offered_rps=aligned.offered / window_s,
+        throughput_rps=aligned.ok / window_s,
+        in_flight=aligned.in_flight,
+        gpu=aligned.gpu,
+        host=aligned.host,
+        triton=aligned.triton,
+        samples=aligned.samples,
+        max_batch_size=aligned.max_batch_size,
+        max_queue_delay_ms=aligned.max_queue_delay_ms,
+        burst_mask=burst_mask,
+        corrected_p50_ms=_array(latency.p50_ms),
+        dispatch_lag_ms=load.dispatch_lag_max_ms if load is not None else None,
+        gaps=aligned.gaps,
+    )
+    episodes = detected.episodes
+    attribution = attr.attribute(signals, detected.episodes_for_primary, episodes)
     # Where the time goes, per window, and which part grew in each episode.
-    base = attr.baseline_mask(grid.n, episodes, grid.starts_ns)
-    if base.sum() < 3:
-        base = np.ones(grid.n, dtype=bool)
+    base = attr.baseline_for(grid.n, detected.episodes_for_primary, episodes, grid.starts_ns)
     latency_breakdown, parts = breakdown(signals, base)
     grew = label_episodes(episodes, parts, grid.starts_ns, base)
-    episodes = [
-        replace(
-            e,
-            causes=tuple(attribution.causes_by_episode.get(e.episode_id, ())),
-            grew=grew[e.episode_id][0],
-            grew_ms=grew[e.episode_id][1],
-        )
-        for e in episodes
-    ]
+    return Attributed(
+        signals=signals,
+        attribution=attribution,
+        episodes=tuple(
+            replace(
+                e,
+                causes=tuple(attribution.causes_by_episode.get(e.episode_id, ())),
+                grew=grew[e.episode_id][0],
+                grew_ms=grew[e.episode_id][1],
+            )
+            for e in episodes
+        ),
+        breakdown=latency_breakdown,
+    )
 
-    overall = _overall(run, grid, load, corrected_h, service_h, start, end)
-    thresholds, source = resolve_slo(slo, run.manifest.get("slo"))
+
+def judge(
+    aligned: Aligned,
+    detected: Detected,
+    attributed: Attributed,
+    slo: Mapping[str, float] | None = None,
+) -> Analysis:
+    """The verdicts (SLO, alerts, burst recovery, knee, soak drift), headline and the Analysis."""
+    run, grid, window_s = aligned.run, aligned.grid, aligned.window_s
+    start, end = aligned.start_ns, aligned.end_ns
+    gpu, host, triton = aligned.gpu, aligned.host, aligned.triton
+    offered_rps = aligned.offered / window_s
+    throughput_rps = aligned.ok / window_s
+    p99 = attributed.signals.p99_ms
+    overall = _overall(run, aligned.load, aligned.corrected_h, aligned.service_h, start, end)
+    thresholds, source = resolve_slo(slo, run.info.slo)
     verdict = slo_verdict(thresholds, source, overall)
     alert_list = alerts(
         grid.starts_ns,
@@ -428,9 +549,9 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         p99,
         gpu.util_pct if gpu else None,
         gpu.temp_c if gpu else None,
-        np.nan_to_num(offered),
+        np.nan_to_num(aligned.offered),
     )
-    p99_5s = rolling_p99(corrected_h, window_s)
+    p99_5s = rolling_p99(aligned.corrected_h, window_s)
     recoveries = [
         burst_recovery(
             b,
@@ -441,60 +562,60 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
             triton.batch_size_mean if triton else None,
             triton.queue_ms_per_request if triton else None,
         )
-        for b in bursts
+        for b in detected.bursts
     ]
     knee = None
-    if steps:
+    if detected.steps:
         knee = saturation_knee(
-            steps,
+            detected.steps,
             end,
             grid.starts_ns,
             window_s,
-            corrected_h,
-            offered / window_s,
-            ok / window_s,
-            errors / window_s,
-            in_flight,
+            aligned.corrected_h,
+            offered_rps,
+            throughput_rps,
+            aligned.errors / window_s,
+            aligned.in_flight,
             thresholds.get("p99_ms", 50.0),
             thresholds.get("errors_pct", 0.1),
         )
-    host_mem = ((run.manifest.get("environment") or {}).get("host") or {}).get("memory_bytes")
     soak = soak_drift(
         SoakSignals(
             t_s=grid.starts_s,
             window_s=window_s,
-            p50_ms=_array(corrected.latency.p50_ms),
-            throughput_rps=ok / window_s,
-            offered_rps=offered / window_s,
-            errors=errors,
-            completed=completed,
+            p50_ms=_array(aligned.windows.corrected.p50_ms),
+            throughput_rps=throughput_rps,
+            offered_rps=offered_rps,
+            errors=aligned.errors,
+            completed=aligned.completed,
             gpu_mem_used_bytes=gpu.mem_used_bytes if gpu else None,
             gpu_mem_total_bytes=gpu.mem_total_bytes if gpu else None,
             server_rss_bytes=host.server_rss_bytes if host else None,
-            host_memory_bytes=float(host_mem) if isinstance(host_mem, int | float) else None,
+            host_memory_bytes=run.info.environment.host.memory_bytes,
             compute_ms_per_request=triton.compute_ms_per_request if triton else None,
         )
     )
-    periodic = run_period(periodicity, primary)
-    overview = build_overview(intervals, start, end, windows, telemetry)
-    notes.extend(run.warnings)
+    findings = attributed.attribution.findings
+    periodic = run_period(list(detected.periodicity), detected.primary)
+    overview = build_overview(aligned.intervals, start, end, aligned.windows, aligned.telemetry)
+    notes = [*aligned.notes, *detected.notes, *run.warnings]
     run_info = _run_info(run, start, end)
     stopped = _stopped_sentence(run_info.abort)
     if stopped:
         notes.append(stopped)
-    analysis = Analysis(
+    return Analysis(
         schema_version=SCHEMA_VERSION,
         run=run_info,
         window_s=window_s,
-        windows=windows,
-        telemetry=telemetry,
-        phases=tuple(marks),
+        windows=aligned.windows,
+        telemetry=aligned.telemetry,
+        phases=detected.phases,
         overall=overall,
-        nines=nines(merge(corrected_h), merge(service_h)),
-        episodes=tuple(episodes),
-        periodicity=tuple(periodicity),
-        findings=tuple(attribution.findings),
-        causes_checked=tuple(attribution.checks),
+        nines=nines(merge(aligned.corrected_h), merge(aligned.service_h)),
+        episodes=attributed.episodes,
+        periodicity=detected.periodicity,
+        findings=tuple(findings),
+        causes_checked=tuple(attributed.attribution.checks),
         verdict=verdict,
         alerts=tuple(alert_list),
         recoveries=tuple(recoveries),
@@ -502,18 +623,31 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
         soak=soak,
         headline=headline(
             verdict,
-            attribution.findings,
+            findings,
             periodic.period_s if periodic else None,
-            primary,
+            detected.primary,
             periodic.percentile if periodic else None,
         )
         + (f" {stopped}" if stopped else ""),
         notes=tuple(notes),
         overview=overview,
-        breakdown=latency_breakdown,
+        breakdown=attributed.breakdown,
     )
+
+
+def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
+    """Analyze a loaded run: align -> detect -> attribute -> judge, then the figures' values.
+
+    `slo`: thresholds from the command line (p99_ms, errors_pct, ...).
+    """
+    aligned = align(run)
+    detected = detect(aligned)
+    attributed = attribute(aligned, detected)
+    analysis = judge(aligned, detected, attributed, slo)
     # Figure values (aligned signals, batch sizes per phase, shaded intervals, CPU per core).
-    return with_figure_values(analysis, grid, run, gpu, host, start + int(warmup_s * NS))
+    return with_figure_values(
+        analysis, aligned.grid, run, aligned.gpu, aligned.host, detected.warmup_end_ns
+    )
 
 
 def headline(
@@ -542,10 +676,9 @@ def headline(
 
 def _overall(
     run: Run,
-    grid: WindowGrid,
-    load: Any,
-    corrected_h: list[Any],
-    service_h: list[Any],
+    load: LoadSeries | None,
+    corrected_h: Sequence[LatencyCounts | None],
+    service_h: Sequence[LatencyCounts | None],
     start: int,
     end: int,
 ) -> OverallStats:
@@ -584,7 +717,11 @@ def _overall(
 
 
 def _telemetry_windows(
-    gpu: Any, host: Any, triton: Any, samples: Any, throughput: np.ndarray
+    gpu: GpuSeries | None,
+    host: HostSeries | None,
+    triton: TritonSeries | None,
+    samples: RequestSampleSeries | None,
+    throughput: np.ndarray,
 ) -> TelemetryWindows:
     new_conn, _ = new_connections_per_s(host, samples, throughput)
     return TelemetryWindows(

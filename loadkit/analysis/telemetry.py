@@ -25,16 +25,7 @@ from loadkit.analysis.align import (
     reduce_on_grid,
 )
 from loadkit.analysis.model import BatchSizeMatrix
-
-# NVML clocks-event reason bits (nvmlClocksEventReason*).
-REASON_GPU_IDLE = 0x1
-REASON_SW_POWER_CAP = 0x4
-REASON_HW_SLOWDOWN = 0x8
-REASON_SW_THERMAL = 0x20
-REASON_HW_THERMAL = 0x40
-REASON_HW_POWER_BRAKE = 0x80
-THERMAL_BITS = REASON_SW_THERMAL | REASON_HW_THERMAL
-POWER_BITS = REASON_SW_POWER_CAP | REASON_HW_POWER_BRAKE
+from loadkit.rundir.schema import POWER_REASONS, REASON_COLUMNS, REASON_GPU_IDLE, THERMAL_REASONS
 
 BUSY_CORE_PCT = 95.0
 IDLE_CORE_PCT = 50.0
@@ -116,14 +107,7 @@ def _reason_bits(frame: pd.DataFrame) -> np.ndarray | None:
     mask = numeric(frame, "clocks_event_reasons")
     if mask is not None:
         return np.nan_to_num(mask, nan=0).astype(np.int64)
-    names = {
-        "reason_gpu_idle": REASON_GPU_IDLE,
-        "reason_sw_power_cap": REASON_SW_POWER_CAP,
-        "reason_hw_slowdown": REASON_HW_SLOWDOWN,
-        "reason_sw_thermal": REASON_SW_THERMAL,
-        "reason_hw_thermal": REASON_HW_THERMAL,
-        "reason_hw_power_brake": REASON_HW_POWER_BRAKE,
-    }
+    names = REASON_COLUMNS
     present = [n for n in names if n in frame.columns]
     if not present:
         return None
@@ -204,8 +188,8 @@ def _align_one_gpu(frame: pd.DataFrame, grid: WindowGrid) -> GpuSeries:
     power_r = np.full(grid.n, np.nan)
     if bits is not None:
         busy = ~idle
-        th = np.where(busy, ((bits & THERMAL_BITS) != 0).astype(float), np.nan)
-        pw = np.where(busy, ((bits & POWER_BITS) != 0).astype(float), np.nan)
+        th = np.where(busy, ((bits & THERMAL_REASONS) != 0).astype(float), np.nan)
+        pw = np.where(busy, ((bits & POWER_REASONS) != 0).astype(float), np.nan)
         thermal = reduce_on_grid(grid, t, th, "mean")
         power_r = reduce_on_grid(grid, t, pw, "mean")
     mem_total = numeric(frame, "mem_total_bytes")
@@ -245,6 +229,11 @@ class HostSeries:
     # Share of each window in which some task waited for a CPU (PSI cpu "some",
     # from the cumulative psi_cpu_some_total_us): contention, not just busy cores.
     cpu_contention: np.ndarray | None = None
+    # The server's involuntary context switches per second of CPU it got: how often
+    # the scheduler took a CPU from it. A server starved by other runnable work is
+    # preempted more per CPU-second; a stopped one is not scheduled at all, so its
+    # rate stays as usual (NaN where the server used no CPU or the data lack it).
+    server_preemptions_per_cpu_s: np.ndarray | None = None
 
 
 def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
@@ -303,6 +292,7 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
         ns_rate, r3 = counter_rate_on_grid(grid, t, throttled_ns, moved)
         resets = max(resets, r3)
         throttled_ms = ns_rate / 1e6
+    preemptions = _preemptions_per_cpu_s(frame, grid, t)
     rss = numeric(frame, "server_rss_bytes")
     tcp = numeric(frame, "tcp_new_connections")
     server_tcp = numeric(frame, "server_new_connections")
@@ -332,7 +322,25 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
         has_server_tcp=server_tcp is not None,
         counter_resets=resets,
         cpu_contention=contention,
+        server_preemptions_per_cpu_s=preemptions,
     )
+
+
+# Under this much CPU (share of a core) in a window, preemptions per CPU-second are noise.
+MIN_SERVER_CPU_SHARE = 0.05
+
+
+def _preemptions_per_cpu_s(
+    frame: pd.DataFrame, grid: WindowGrid, t: np.ndarray
+) -> np.ndarray | None:
+    invol = numeric(frame, "server_ctx_invol")
+    cpu = numeric(frame, "server_cpu_pct")
+    if invol is None or cpu is None:
+        return None
+    rate, _ = counter_rate_on_grid(grid, t, invol)
+    share = reduce_on_grid(grid, t, cpu, "mean") / 100.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(share >= MIN_SERVER_CPU_SHARE, rate / share, np.nan)
 
 
 def _sample_interval_ns(t: np.ndarray) -> int:
@@ -479,6 +487,10 @@ class RequestSampleSeries:
     first_request_ms: float | None  # median service time on a new connection
     reused_request_ms: float | None  # median service time on a reused connection
     samples: int
+    # Median over new-connection requests of their service time / the median of
+    # reused-connection requests sent within NEIGHBOUR_S of them: the cost of a
+    # new connection against requests at the same moment (None: no such neighbours).
+    first_vs_neighbours: float | None = None
 
 
 def align_request_samples(frame: pd.DataFrame, grid: WindowGrid) -> RequestSampleSeries | None:
@@ -496,7 +508,43 @@ def align_request_samples(frame: pd.DataFrame, grid: WindowGrid) -> RequestSampl
         b = service_ms[(flag == 0.0) & ~np.isnan(service_ms)]
         first = float(np.median(a)) if a.size else None
         reused = float(np.median(b)) if b.size else None
+        neighbours = _first_vs_neighbours(sent, service_ms, new.to_numpy(dtype=float))
+        return RequestSampleSeries(frac, first, reused, int(len(frame)), neighbours)
     return RequestSampleSeries(frac, first, reused, int(len(frame)))
+
+
+NEIGHBOUR_S = 0.1
+MAX_FIRST_REQUESTS = 2000
+
+
+def _first_vs_neighbours(
+    sent_ns: np.ndarray, service_ms: np.ndarray, new: np.ndarray
+) -> float | None:
+    """A new connection's request against reused-connection requests sent at the same moment.
+
+    A client pool that grows while requests pile up opens its new connections
+    exactly when latency is high: against the whole run those first requests
+    look slow, against their neighbours they do not. Only a slower first
+    request than its neighbours' is a cost of the connection itself.
+    """
+    ok = ~np.isnan(sent_ns) & ~np.isnan(service_ms)
+    reused = ok & (new == 0.0)
+    order = np.argsort(sent_ns[reused])
+    rs, rv = sent_ns[reused][order], service_ms[reused][order]
+    fs, fv = sent_ns[ok & (new == 1.0)], service_ms[ok & (new == 1.0)]
+    if not rs.size or not fs.size:
+        return None
+    step = max(1, fs.size // MAX_FIRST_REQUESTS)  # bounded work on long runs
+    fs, fv = fs[::step], fv[::step]
+    lo = np.searchsorted(rs, fs - NEIGHBOUR_S * 1e9)
+    hi = np.searchsorted(rs, fs + NEIGHBOUR_S * 1e9)
+    ratios = []
+    for a, b, v in zip(lo, hi, fv, strict=True):
+        if b > a:
+            ref = float(np.median(rv[a:b]))
+            if ref > 0:
+                ratios.append(v / ref)
+    return float(np.median(ratios)) if ratios else None
 
 
 def new_connections_per_s(

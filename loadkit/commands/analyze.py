@@ -8,7 +8,7 @@ from typing import TextIO
 
 from loadkit.analysis.model import Analysis, Finding
 from loadkit.analysis.pipeline import analyze_run
-from loadkit.analysis.verdicts import DEFAULT_SLO, parse_slo
+from loadkit.analysis.slo import DEFAULT_SLO, parse_slo
 from loadkit.errors import EXIT_OK, SloFailed
 from loadkit.rundir import load_run
 from loadkit.rundir.layout import ANALYSIS_FILE

@@ -143,11 +143,8 @@ class _Telemetry:
     def start(self, writer: RunWriter) -> None:
         if self.options is None or not self.options.enabled:
             return
-        try:
-            from loadkit.telemetry.supervisor import SamplerSet
-        except ImportError as exc:
-            writer.add_note(f"telemetry not recorded: {exc}")
-            return
+        from loadkit.telemetry.supervisor import SamplerSet
+
         o = self.options
         self.samplers = SamplerSet.start(
             writer.path,

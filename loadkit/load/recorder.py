@@ -59,6 +59,8 @@ def reservoir_size(elapsed_s: float, full_size: int = DEFAULT_SAMPLE_SIZE) -> in
 # Completion gaps (no request completed while some were in flight) this long or
 # longer are written exactly: a stall of a few hundred ms hides in a 1 s count.
 GAP_RECORDED_NS = 50_000_000
+# Sample rows written between two pauses of `tick` (~0.5 ms of JSON encoding).
+_ROWS_PER_PAUSE = 25
 
 
 @dataclass
@@ -277,13 +279,21 @@ class LatencyRecorder:
                 heapq.heapreplace(slot.slowest, entry)
 
     # --- writing --------------------------------------------------------
-    def tick(self, now_ns: int | None = None) -> None:
-        """Write every interval that ended before `now_ns`, then flush."""
+    def tick(self, now_ns: int | None = None, pause: Callable[[], None] | None = None) -> None:
+        """Write every interval that ended before `now_ns`, then flush.
+
+        `pause` (the load generator's cooperative yield) is called between
+        pieces of the writing: encoding an interval's histograms and ~200
+        sample rows takes milliseconds, and a response that arrives meanwhile
+        would otherwise wait in the event loop and be timed that much slower.
+        What is recorded meanwhile goes into the next interval.
+        """
         now_ns = self._clock_ns() if now_ns is None else now_ns
         current = now_ns // INTERVAL_NS
         while self._first_open is not None and self._first_open < current:
-            self._write_interval(self._first_open, INTERVAL_NS)
-            self._first_open += 1
+            index = self._first_open
+            self._first_open = index + 1  # from here on, nothing new lands in `index`
+            self._write_interval(index, INTERVAL_NS, pause)
         self.flush()
 
     def close(self, now_ns: int | None = None) -> None:
@@ -331,24 +341,32 @@ class LatencyRecorder:
             hist.record_value(max(1, (end_ns - intended_ns) // 1000), count)
         return hist
 
-    def _write_interval(self, index: int, length_ns: int) -> None:
+    def _write_interval(
+        self, index: int, length_ns: int, pause: Callable[[], None] | None = None
+    ) -> None:
         by_name = self._intervals.pop(index, {})
         start_ns = index * INTERVAL_NS
         end_ns = start_ns + length_ns
+        names = list(self._names)
+        in_flight = self.in_flight
+        # Everything this interval holds is taken now, before any pause.
+        hists = [
+            (f"{kind}:{name}", self._hists.pop((index, kind, name), None))
+            for name in names
+            for kind in ("corrected", "service")
+        ]
+        hists += [(f"pending:{name}", self._pending_histogram(name, end_ns)) for name in names]
         # Histograms first, flushed before the interval's load rows are written: a live
         # reader that sees an interval's load rows (docs/run-format.md) has its histograms.
-        for name in self._names:
-            for kind in ("corrected", "service"):
-                hist = self._hists.pop((index, kind, name), None)
-                if hist is not None and hist.get_total_count() > 0:
-                    writer = self._hlog_writer(start_ns)
-                    writer.write(f"{kind}:{name}", start_ns, end_ns, hist)
-            pending = self._pending_histogram(name, end_ns)
-            if pending is not None:
-                self._hlog_writer(start_ns).write(f"pending:{name}", start_ns, end_ns, pending)
+        for tag, hist in hists:
+            if hist is not None and hist.get_total_count() > 0:
+                self._hlog_writer(start_ns).write(tag, start_ns, end_ns, hist)
+                if pause is not None:
+                    pause()
         if self._hlog is not None:
             self._hlog.flush()
-        for name in self._names:
+        written = 0
+        for name in names:
             slot = by_name.get(name) or _NameInterval()
             self._load.write(
                 {
@@ -361,7 +379,7 @@ class LatencyRecorder:
                     "ok": slot.ok,
                     "errors": slot.errors,
                     "dropped": slot.dropped,
-                    "in_flight": self.in_flight,
+                    "in_flight": in_flight,
                     "out_of_range": slot.out_of_range,
                     "error_kinds": dict(slot.error_kinds),
                     "dispatch_lag_max_ms": round(slot.dispatch_lag_max_ns / 1e6, 3),
@@ -369,8 +387,14 @@ class LatencyRecorder:
                 }
             )
             kept = {id(s) for s in slot.reservoir}
-            for sample in slot.reservoir:
-                self._requests.write(sample.row("reservoir"))
-            for _, _, sample in sorted(slot.slowest, key=lambda e: e[1]):
-                if id(sample) not in kept:
-                    self._requests.write(sample.row("slowest"))
+            rows = [s.row("reservoir") for s in slot.reservoir]
+            rows += [
+                sample.row("slowest")
+                for _, _, sample in sorted(slot.slowest, key=lambda e: e[1])
+                if id(sample) not in kept
+            ]
+            for row in rows:
+                self._requests.write(row)
+                written += 1
+                if pause is not None and written % _ROWS_PER_PAUSE == 0:
+                    pause()

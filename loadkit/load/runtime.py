@@ -202,7 +202,7 @@ class LoadRuntime:
             next_boundary = (now // INTERVAL_NS + 1) * INTERVAL_NS
             gevent.sleep((next_boundary - now) / 1e9 + _TICK_OFFSET_S)
             if not recorder.closed:
-                recorder.tick()
+                recorder.tick(pause=gevent.sleep)  # sleep(0): let ready responses be read
 
     def register_user(self) -> int:
         """A user started; returns its stream number (for its payload generator)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import importlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -60,6 +60,9 @@ class InferRequest(NamedTuple):
     arrays: tuple[np.ndarray, ...]
     outputs: tuple[str, ...] = ()
     body: bytes | None = None
+    # The request as one transport sends it (an HTTP body, a gRPC message), encoded
+    # ahead by `Transport.encode_block` when the source drew it; None: encode at send.
+    wire: Any = None
 
     @property
     def inputs(self) -> tuple[tuple[str, str, np.ndarray], ...]:
@@ -400,6 +403,14 @@ def load_bodies(path: Path) -> list[bytes]:
 
 
 # --------------------------------------------------------------------- sources
+# Attaches each request's wire form ahead of its send (`Transport.encode_block`).
+BlockEncoder = Callable[[list[InferRequest]], list[InferRequest]]
+
+
+def _as_is(requests: list[InferRequest]) -> list[InferRequest]:
+    return requests
+
+
 class RequestSource(ABC):
     @abstractmethod
     def next(self) -> InferRequest: ...
@@ -411,8 +422,11 @@ class SyntheticSource(RequestSource):
     Each request's arrays are read-only views into the block drawn ahead.
     """
 
-    def __init__(self, plan: RequestPlan, seed: int, stream: int = 0):
+    def __init__(
+        self, plan: RequestPlan, seed: int, stream: int = 0, encode: BlockEncoder | None = None
+    ):
         self.plan = plan
+        self._encode = encode or _as_is
         self._rng = np.random.default_rng([seed, stream])
         row_bytes = sum(
             _element_bytes(i.datatype, plan.string_length) * int(np.prod(i.shape))
@@ -438,9 +452,12 @@ class SyntheticSource(RequestSource):
         blocks = [self._draw(i) for i in self.plan.inputs]
         make = InferRequest._make
         names, datatypes, outputs = self._names, self._datatypes, self._outputs
-        return [
-            make((names, datatypes, arrays, outputs, None)) for arrays in zip(*blocks, strict=True)
-        ]
+        return self._encode(
+            [
+                make((names, datatypes, arrays, outputs, None, None))
+                for arrays in zip(*blocks, strict=True)
+            ]
+        )
 
     def _draw(self, spec: InputPlan) -> np.ndarray:
         size = (self._block, *spec.shape)
@@ -486,7 +503,7 @@ def _element_bytes(datatype: str, string_length: int) -> int:
 class InputDataSource(RequestSource):
     """perf_analyzer input-data steps, round-robin; `batch_size` consecutive steps a request."""
 
-    def __init__(self, plan: RequestPlan, stream: int = 0):
+    def __init__(self, plan: RequestPlan, stream: int = 0, encode: BlockEncoder | None = None):
         from loadkit.load.input_data import load_input_data
 
         assert plan.spec is not None
@@ -496,7 +513,10 @@ class InputDataSource(RequestSource):
         self._batch = plan.batch_size
         self._outputs = plan.outputs
         self._k = stream % len(self._steps)  # users start at different steps
-        self._single = [self._request([s]) for s in self._steps] if self._batch == 1 else []
+        self._encode = encode or _as_is
+        # Batch 1: every step's request, encoded once and sent round-robin.
+        single = [self._request([s]) for s in self._steps] if self._batch == 1 else []
+        self._single = self._encode(single) if single else []
 
     def _request(self, steps: list[dict[str, tuple[str, np.ndarray]]]) -> InferRequest:
         inputs = []
@@ -513,15 +533,16 @@ class InputDataSource(RequestSource):
             self._k = (k + 1) % n
             return self._single[k]
         self._k = (k + self._batch) % n
-        return self._request([self._steps[(k + j) % n] for j in range(self._batch)])
+        request = self._request([self._steps[(k + j) % n] for j in range(self._batch)])
+        return self._encode([request])[0]
 
 
 class BodySource(RequestSource):
     """Request bodies from a JSON Lines file, replayed as is, in order."""
 
-    def __init__(self, plan: RequestPlan, stream: int = 0):
+    def __init__(self, plan: RequestPlan, stream: int = 0, encode: BlockEncoder | None = None):
         bodies = load_bodies(Path(plan.input_data))
-        self._requests = [InferRequest((), (), (), (), body) for body in bodies]
+        self._requests = (encode or _as_is)([InferRequest((), (), (), (), body) for body in bodies])
         self._k = stream % len(self._requests)
 
     def next(self) -> InferRequest:
@@ -530,13 +551,16 @@ class BodySource(RequestSource):
         return self._requests[k]
 
 
-def build_source(plan: RequestPlan, seed: int, stream: int = 0) -> RequestSource:
+def build_source(
+    plan: RequestPlan, seed: int, stream: int = 0, encode: BlockEncoder | None = None
+) -> RequestSource:
+    """The plan's source; `encode` (a transport's `encode_block`) attaches wire forms ahead."""
     if plan.kind == "synthetic":
-        return SyntheticSource(plan, seed, stream)
+        return SyntheticSource(plan, seed, stream, encode)
     if plan.kind == "input_data":
-        return InputDataSource(plan, stream)
+        return InputDataSource(plan, stream, encode)
     if plan.kind == "bodies":
-        return BodySource(plan, stream)
+        return BodySource(plan, stream, encode)
     raise UsageError(f"unknown request source kind {plan.kind!r}")
 
 

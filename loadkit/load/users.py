@@ -63,7 +63,7 @@ class InferenceUser(User):
         )
         self._transport.connect()
         stream = runtime.register_user()
-        self._source = build_source(plan, runtime.seed, stream)
+        self._source = build_source(plan, runtime.seed, stream, self._transport.encode_block)
 
     def stop(self, force: bool = False) -> bool:
         # An idle user (blocked waiting for an arrival) has no request to finish: stop it now,
@@ -100,7 +100,8 @@ class InferenceUser(User):
     def send_one(self, intended_mono: float | None, intended_ns: int | None) -> None:
         """Send one request and record it; `None` intended time means "now" (closed model)."""
         recorder = self._runtime.get_recorder()
-        request = self._source.next()
+        transport = self._transport
+        wire = transport.prepare(self._source.next())  # encoded before the send timestamp
         sent_mono = time.monotonic()
         if intended_mono is None or intended_ns is None:
             intended_mono, intended_ns = sent_mono, time.time_ns()
@@ -111,7 +112,7 @@ class InferenceUser(User):
         error: BaseException | None = None
         connection_new = self._churn
         try:
-            connection_new = self._transport.infer(request)
+            connection_new = transport.send(wire)
         except GreenletExit:
             self._record(recorder, intended_mono, intended_ns, sent_mono, CANCELLED, connection_new)
             raise

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from loadkit import __version__
+from loadkit.analysis.compare import compare_analyses
 from loadkit.analysis.model import Analysis
 from loadkit.report import formatting as fmt
 from loadkit.report.context import slo_threshold
@@ -40,15 +41,6 @@ METRICS: tuple[
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-def _noise_model() -> Callable[[Analysis, Analysis], Any] | None:
-    """The analysis's run-to-run comparison, where this loadkit has one."""
-    try:
-        from loadkit.analysis.compare import compare_analyses  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return compare_analyses  # type: ignore[no-any-return]
-
-
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
     if isinstance(value, Mapping):
         for key in sorted(value, key=str):
@@ -67,10 +59,9 @@ def _configuration(run: Run) -> dict[str, str]:
     target = {k: v for k, v in (m.get("target") or {}).items() if k != "url"}
     _flatten("target", target, flat)
     _flatten("slo", m.get("slo") or {}, flat)
-    models = ((m.get("environment") or {}).get("server") or {}).get("models") or {}
-    _flatten("model_config", models, flat)
-    gpu = (m.get("environment") or {}).get("gpu") or {}
-    flat["gpu.kind"] = str(gpu.get("kind", "n/a"))
+    environment = run.info.environment
+    _flatten("model_config", environment.server.models, flat)
+    flat["gpu.kind"] = environment.gpu.kind or "n/a"
     return flat
 
 
@@ -123,19 +114,15 @@ def build_compare_context(runs: Sequence[RunPair]) -> dict[str, Any]:
     """Everything the comparison shows, as plain values and figure specs."""
     if len(runs) < 2:
         raise ValueError("a comparison needs at least two runs")
-    compare = _noise_model()
     base_run, base = runs[0]
     labels = [f"{LETTERS[i % 26]}: {a.run.run_id}" for i, (_, a) in enumerate(runs)]
-    comparisons = [compare(base, a) if compare else None for _, a in runs[1:]]
+    comparisons = [compare_analyses(base, a) for _, a in runs[1:]]
 
     rows = []
     for key, label, read, formatter, lower_better in METRICS:
         cells = []
         for j, (_, other) in enumerate(runs[1:]):
-            noise = None
-            comparison = comparisons[j]
-            if comparison is not None:
-                noise = next((d for d in comparison.metrics if d.name == key), None)
+            noise = next((d for d in comparisons[j].metrics if d.name == key), None)
             cells.append(_delta_cell(read(base), read(other), noise, formatter, lower_better))
         rows.append(
             {"key": key, "label": label, "baseline": formatter(read(base)), "others": cells}
@@ -182,8 +169,7 @@ def build_compare_context(runs: Sequence[RunPair]) -> dict[str, Any]:
             for label, (_, a) in zip(labels, runs, strict=True)
         ],
         "metrics": rows,
-        "noise_available": compare is not None,
-        "summaries": [getattr(c, "summary", "") for c in comparisons if c is not None],
+        "summaries": [c.summary for c in comparisons],
         "config_rows": config_rows,
         "finding_changes": finding_changes,
         "figures": {
@@ -264,9 +250,6 @@ def render_markdown_context(ctx: dict[str, Any], html_url: str | None = None) ->
         body.append(cells)
     lines += _table(header, body)
     lines.append("")
-    if not ctx["noise_available"]:
-        lines.append("Run-to-run noise estimate: not available in this analysis.")
-        lines.append("")
     lines.append("### Findings")
     lines.append("")
     for change in ctx["finding_changes"]:

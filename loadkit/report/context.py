@@ -16,7 +16,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loadkit import __version__
-from loadkit.analysis.model import Analysis, Finding, SpikeEpisode
+from loadkit.analysis.model import (
+    Analysis,
+    Finding,
+    LatencyWindows,
+    Overview,
+    SpikeEpisode,
+    TelemetryWindows,
+    WindowSeries,
+)
 from loadkit.report import formatting as fmt
 from loadkit.report.plots import (
     AlignedPlot,
@@ -71,7 +79,7 @@ def build_context(run: Run, analysis: Analysis) -> dict[str, Any]:
         "knee": _knee(analysis),
         "soak": _soak(analysis),
         "metadata": _metadata(run, analysis),
-        "model_configs": _model_configs(manifest),
+        "model_configs": _model_configs(run),
         "notes": _notes(run, analysis),
         "figures": _figures(analysis),
         "overview_window_s": analysis.overview.window_s if analysis.overview else None,
@@ -225,17 +233,17 @@ def _story(analysis: Analysis) -> list[str]:
 def _finding(finding: Finding, analysis: Analysis) -> dict[str, Any]:
     by_id = {e.episode_id: e for e in analysis.episodes}
     shown = list(finding.episodes[:EPISODE_IDS_SHOWN])
-    aligned = getattr(finding, "aligned", None)
+    aligned = finding.aligned
     figure = None
     if aligned is not None:
         figure = AlignedPlot(
             offsets_s=aligned.offsets_s,
             mean=aligned.mean,
             signal_label=aligned.label,
-            low=getattr(aligned, "low", None),
-            high=getattr(aligned, "high", None),
-            baseline=getattr(aligned, "baseline", None),
-            latency_ms=getattr(aligned, "p99_ms", None),
+            low=aligned.low,
+            high=aligned.high,
+            baseline=aligned.baseline,
+            latency_ms=aligned.p99_ms,
         )
     return {
         "cause": finding.cause,
@@ -519,9 +527,8 @@ def _gpu_text(gpu: Mapping[str, Any], gpu_kind: str) -> str:
     return f"simulated ({text})" if kind == "simulated" else text
 
 
-def _model_configs(manifest: Mapping[str, Any]) -> list[dict[str, str]]:
-    server = (manifest.get("environment") or {}).get("server") or {}
-    models = server.get("models") or {}
+def _model_configs(run: Run) -> list[dict[str, str]]:
+    models = run.info.environment.server.models
     return [
         {"name": str(name), "config": json.dumps(cfg, indent=2, sort_keys=True, default=str)}
         for name, cfg in sorted(models.items())
@@ -540,15 +547,13 @@ def _notes(run: Run, analysis: Analysis) -> list[str]:
 
 def _spans(analysis: Analysis) -> list[Span]:
     spans: list[Span] = []
-    start: float | None = None
-    for mark in analysis.phases:
-        if mark.name == "burst-start":
-            start = mark.t_s
-        elif mark.name == "burst-end" and start is not None:
-            spans.append(Span(start, mark.t_s, "burst"))
-            start = None
-    if start is not None and analysis.windows.t_s:
-        spans.append(Span(start, analysis.windows.t_s[-1] + analysis.window_s, "burst"))
+    # One recovery per burst, as the analysis paired the phase events; open at the end: to the end.
+    for rec in analysis.recoveries:
+        start = _to_run_s(analysis, rec.burst_start_ns)
+        end = _to_run_s(analysis, rec.burst_end_ns)
+        if start is not None:
+            last = analysis.windows.t_s[-1] + analysis.window_s
+            spans.append(Span(start, end if end is not None else last, "burst"))
     for rec in analysis.recoveries:
         end = _to_run_s(analysis, rec.burst_end_ns)
         back = _to_run_s(analysis, rec.recovered_at_ns)
@@ -556,7 +561,7 @@ def _spans(analysis: Analysis) -> list[Span]:
             spans.append(Span(end, back, "recovery"))
     for e in analysis.episodes_for("p99"):
         spans.append(Span(e.start_s, e.start_s + e.duration_s, "episode"))
-    for interval in getattr(analysis, "intervals", ()) or ():
+    for interval in analysis.intervals:
         kind = str(interval.kind)
         if kind.startswith("gpu"):
             spans.append(Span(interval.start_s, interval.end_s, "throttle"))
@@ -575,28 +580,41 @@ ZOOM_MARGIN_S = 120.0
 
 def _overview_timeline(analysis: Analysis) -> Timeline | None:
     """The whole of a long run at minute resolution (analysis.overview), or None."""
-    o = getattr(analysis, "overview", None)
+    o = analysis.overview
     if o is None:
         return None
+    return _timeline_of(analysis, o.t_s, o.corrected, o, o)
+
+
+def _timeline_of(
+    analysis: Analysis,
+    t_s: Sequence[float],
+    latency: LatencyWindows,
+    load: WindowSeries | Overview,
+    tel: TelemetryWindows | Overview,
+    **more: Any,
+) -> Timeline:
+    """A timeline at one resolution (the windows, or the overview's minutes) from its series."""
     return Timeline(
-        t_s=o.t_s,
-        latency_ms={label: o.corrected.percentile(name) for name, label in PERCENTILES},
+        t_s=t_s,
+        latency_ms={label: latency.percentile(name) for name, label in PERCENTILES},
         slo_p99_ms=slo_threshold(analysis, "p99"),
-        offered_rps=o.offered_rps,
-        achieved_rps=o.throughput_rps,
+        offered_rps=load.offered_rps,
+        achieved_rps=load.throughput_rps,
         spans=_spans(analysis),
-        gpu_util_pct=o.gpu_util_pct,
-        sm_clock_mhz=o.gpu_sm_clock_mhz,
-        sm_clock_max_mhz=o.gpu_sm_clock_max_mhz,
-        temp_c=o.gpu_temp_c,
-        power_w=o.gpu_power_w,
-        power_limit_w=o.gpu_power_limit_w,
+        gpu_util_pct=tel.gpu_util_pct,
+        sm_clock_mhz=tel.gpu_sm_clock_mhz,
+        sm_clock_max_mhz=tel.gpu_sm_clock_max_mhz,
+        temp_c=tel.gpu_temp_c,
+        power_w=tel.gpu_power_w,
+        power_limit_w=tel.gpu_power_limit_w,
         gpu_simulated=analysis.run.gpu_kind == "simulated",
-        cpu_busiest_core_pct=o.cpu_core_max_pct,
-        cpu_mean_pct=o.cpu_mean_pct,
-        cgroup_throttled_pct=o.cgroup_throttled_pct,
-        queue_ms=o.queue_ms_per_request,
-        compute_ms=o.compute_ms_per_request,
+        cpu_busiest_core_pct=tel.cpu_core_max_pct,
+        cpu_mean_pct=tel.cpu_mean_pct,
+        cgroup_throttled_pct=tel.cgroup_throttled_pct,
+        queue_ms=tel.queue_ms_per_request,
+        compute_ms=tel.compute_ms_per_request,
+        **more,
     )
 
 
@@ -640,7 +658,7 @@ def _zoom(full: Timeline, lo_s: float, hi_s: float) -> Timeline:
 
 def _zooms(analysis: Analysis) -> list[dict[str, Any]]:
     """Full-resolution timelines around a long run's largest P99 episodes."""
-    if getattr(analysis, "overview", None) is None:
+    if analysis.overview is None:
         return []
     full = _timeline(analysis)
     largest = sorted(analysis.episodes_for("p99"), key=lambda e: -(e.peak_ms or 0.0))
@@ -668,33 +686,20 @@ def _timeline(analysis: Analysis) -> Timeline:
     if batch is not None and batch.counts and batch.sizes:
         # counts[window][size] -> [size][window]: the heatmap's rows are sizes.
         batch_by_size = [list(col) for col in zip(*batch.counts, strict=True)]
-    return Timeline(
-        t_s=w.t_s,
-        latency_ms={label: w.corrected.percentile(name) for name, label in PERCENTILES},
-        slo_p99_ms=slo_threshold(analysis, "p99"),
-        offered_rps=w.offered_rps,
-        achieved_rps=w.throughput_rps,
-        spans=_spans(analysis),
-        gpu_util_pct=tel.gpu_util_pct,
-        sm_clock_mhz=tel.gpu_sm_clock_mhz,
-        sm_clock_max_mhz=tel.gpu_sm_clock_max_mhz,
-        temp_c=tel.gpu_temp_c,
-        power_w=tel.gpu_power_w,
-        power_limit_w=tel.gpu_power_limit_w,
-        gpu_simulated=analysis.run.gpu_kind == "simulated",
-        cpu_per_core_pct=getattr(tel, "cpu_per_core_pct", None),
-        cpu_busiest_core_pct=tel.cpu_core_max_pct,
-        cpu_mean_pct=tel.cpu_mean_pct,
-        cgroup_throttled_pct=tel.cgroup_throttled_pct,
+    return _timeline_of(
+        analysis,
+        w.t_s,
+        w.corrected,
+        w,
+        tel,
+        cpu_per_core_pct=tel.cpu_per_core_pct,
         batch_sizes=tuple(batch.sizes) if batch is not None else (),
         batch_executions=batch_by_size,
-        queue_ms=tel.queue_ms_per_request,
-        compute_ms=tel.compute_ms_per_request,
     )
 
 
 def _batch_phases(analysis: Analysis) -> BatchPhasePlot | None:
-    phases = getattr(analysis, "batch_by_phase", None)
+    phases = analysis.batch_by_phase
     if not phases:
         return None
     sizes = tuple(phases[0].sizes)

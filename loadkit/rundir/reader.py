@@ -34,6 +34,7 @@ from loadkit.rundir.layout import (
     REQUESTS_DIR,
     TELEMETRY_DIR,
 )
+from loadkit.rundir.schema import Manifest
 from loadkit.rundir.segments import open_series_text, series_files
 
 log = logging.getLogger(__name__)
@@ -267,6 +268,11 @@ class Run:
             self.warnings.append("run was aborted; loading what was recorded before the stop")
 
     # --- identity -------------------------------------------------------
+    @property
+    def info(self) -> Manifest:
+        """The manifest, typed (read afresh: `manifest` is the dict it was loaded as)."""
+        return Manifest.from_dict(self.manifest)
+
     @property
     def run_id(self) -> str:
         return str(self.manifest.get("run_id") or self.path.name)

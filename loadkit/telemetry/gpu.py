@@ -15,33 +15,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from loadkit.rundir.schema import decode_reasons
 from loadkit.telemetry.base import Row, SourceUnavailable, WarnOnce
 
 GPU_CHOICES = ("auto", "nvml", "sim", "none")
 DEFAULT_GPU_INTERVAL_S = 0.1
 # Each PCIe throughput call blocks ~20 ms in the driver: read it every Nth sample.
 PCIE_EVERY_N_SAMPLES = 10
-
-# Clock-event (throttle) reason bits, as in NVML's nvmlClocksEventReason*.
-CLOCK_EVENT_REASONS: dict[str, int] = {
-    "gpu_idle": 0x1,
-    "applications_clocks": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal": 0x20,
-    "hw_thermal": 0x40,
-    "hw_power_brake": 0x80,
-    "display_clocks": 0x100,
-}
-
-
-def decode_reasons(mask: int | None) -> dict[str, bool | None]:
-    """`{"reason_<name>": bool}` for each known bit; all None when the mask is unknown."""
-    return {
-        f"reason_{name}": (None if mask is None else bool(mask & bit))
-        for name, bit in CLOCK_EVENT_REASONS.items()
-    }
 
 
 def load_pynvml() -> Any:

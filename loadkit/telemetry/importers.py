@@ -30,12 +30,10 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadkit.errors import UsageError
-from loadkit.telemetry.gpu import CLOCK_EVENT_REASONS
+from loadkit.rundir.schema import decode_reasons
 
 Row = dict[str, Any]
 MIB = 1024 * 1024
-
-REASON_BITS = CLOCK_EVENT_REASONS  # the same NVML bits the live sampler decodes
 
 
 @dataclass
@@ -49,9 +47,7 @@ class ImportResult:
 
 
 def _reasons(mask: int | None) -> Row:
-    return {
-        f"reason_{k}": (None if mask is None else bool(mask & b)) for k, b in REASON_BITS.items()
-    }
+    return dict(decode_reasons(mask))  # the same NVML bits the live sampler decodes
 
 
 def _num(text: str | None) -> float | None:

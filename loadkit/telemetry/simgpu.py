@@ -33,11 +33,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# Clock-event reason bits (same values as NVML's nvmlClocksEventReason*).
-REASON_GPU_IDLE = 0x1
-REASON_HW_SLOWDOWN = 0x8
-REASON_HW_THERMAL_SLOWDOWN = 0x40
-THERMAL_THROTTLE_REASONS = REASON_HW_SLOWDOWN | REASON_HW_THERMAL_SLOWDOWN
+from loadkit.rundir.schema import REASON_GPU_IDLE, REASON_HW_SLOWDOWN, REASON_HW_THERMAL
+
+# What a hot GPU that slows down reports (NVML's reason bits).
+THERMAL_THROTTLE_REASONS = REASON_HW_SLOWDOWN | REASON_HW_THERMAL
 
 
 @dataclass(frozen=True)

@@ -26,18 +26,17 @@ import numpy as np
 
 from loadkit.rundir import IntervalLogWriter, JsonlWriter, RunWriter, new_histogram
 from loadkit.rundir.layout import HDR_HIGHEST_US, LATENCY_DIR, LOAD_DIR, REQUESTS_DIR
+from loadkit.rundir.schema import (
+    REASON_GPU_IDLE,
+    REASON_HW_THERMAL,
+    REASON_SW_POWER_CAP,
+    REASON_SW_THERMAL,
+    decode_reasons,
+)
 from loadkit.rundir.writer import append_event, write_manifest
 
 NS = 1_000_000_000
 DEFAULT_START_NS = 1_764_449_000 * NS
-
-# NVML clocks-event reason bits (nvmlClocksEventReason*).
-REASON_GPU_IDLE = 0x1
-REASON_SW_POWER_CAP = 0x4
-REASON_HW_SLOWDOWN = 0x8
-REASON_SW_THERMAL = 0x20
-REASON_HW_THERMAL = 0x40
-REASON_HW_POWER_BRAKE = 0x80
 
 
 @dataclass(frozen=True)
@@ -476,12 +475,7 @@ def _write_gpu(
                 "power_limit_w": power_limit,
                 "energy_mj": int(energy),
                 "clocks_event_reasons": reasons,
-                "reason_gpu_idle": bool(reasons & REASON_GPU_IDLE),
-                "reason_sw_power_cap": bool(reasons & REASON_SW_POWER_CAP),
-                "reason_hw_slowdown": bool(reasons & REASON_HW_SLOWDOWN),
-                "reason_sw_thermal": bool(reasons & REASON_SW_THERMAL),
-                "reason_hw_thermal": bool(reasons & REASON_HW_THERMAL),
-                "reason_hw_power_brake": bool(reasons & REASON_HW_POWER_BRAKE),
+                **decode_reasons(reasons),
                 "pcie_tx_kbps": None,
                 "pcie_rx_kbps": None,
                 "proc_mem_bytes": None,

@@ -263,3 +263,41 @@ def test_requests_in_flight_at_an_interval_end_are_written_as_pending_ages(tmp_p
         h for h in read_interval_log(tmp_path / "latency" / "local.hlog") if h.kind == "corrected"
     ]
     assert [h.histogram.get_total_count() for h in corrected] == [1, 1]
+
+
+def test_a_tick_pauses_while_writing_and_loses_nothing_recorded_in_its_pauses(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a second of 300 requests, and a generator that keeps recording while a tick
+    # writes that second (the tick yields to it between pieces of the writing)
+    clock = FakeClock(T0)
+    rec = LatencyRecorder(tmp_path, "p", clock_ns=clock)
+    for i in range(300):
+        t = T0 + i * 3_000_000
+        rec.offered("infer", t)
+        _request(rec, t, t, t + 1_000_000)
+    late = iter(range(1000))
+    pauses = []
+
+    def pause() -> None:  # another greenlet runs: a late arrival of the second being written
+        k = next(late)
+        pauses.append(k)
+        t = T0 + 999_000_000 - k
+        rec.offered("infer", t)
+        _request(rec, t, T0 + S + 10 + k, T0 + S + 20 + k)
+
+    # WHEN the tick writes the first second, pausing
+    clock.t_ns = T0 + S + 5
+    rec.tick(pause=pause)
+    rec.close(T0 + 2 * S)
+    # THEN it paused several times, and every request is in the load rows, the histograms
+    # and the totals exactly once; what came during the pauses is in the next interval
+    assert len(pauses) >= 5
+    rows = _rows(tmp_path / "load" / "p.jsonl")
+    assert [r["t_ns"] for r in rows] == [T0, T0 + S]
+    assert rows[0]["ok"] == rows[0]["offered"] == 300
+    assert rows[1]["ok"] == rows[1]["offered"] == len(pauses)
+    hists = list(read_interval_log(tmp_path / "latency" / "p.hlog"))
+    service = [h.histogram.get_total_count() for h in hists if h.kind == "service"]
+    assert service == [300, len(pauses)]
+    assert rec.totals["ok"] == rec.totals["offered"] == 300 + len(pauses)

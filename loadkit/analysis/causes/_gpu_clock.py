@@ -11,6 +11,7 @@ import numpy as np
 from loadkit.analysis.causes.base import (
     Signals,
     Signature,
+    SummaryFn,
     compute_inflation,
     ev,
     flag,
@@ -26,12 +27,37 @@ from loadkit.analysis.model import (
     CAUSE_GPU_THERMAL,
     Evidence,
 )
+from loadkit.analysis.telemetry import GpuSeries
 
 CLOCK_DROP_RATIO = 0.80  # busy SM clock under 80 % of max
 REASON_SHARE = 0.5  # share of busy samples with the reason bit
 POWER_AT_LIMIT = 0.97
-HOT_C = 85.0  # without reason bits, a clock drop this hot counts as thermal
+HOT_GPU_C = 85.0  # without reason bits, a clock drop this hot counts as thermal
 SIGNAL = ("telemetry.gpu_sm_clock_mhz", "SM clock (MHz)")
+
+
+def throttle_classes(gpu: GpuSeries) -> dict[str, np.ndarray]:
+    """Per window: thermal, power-cap or other clock throttling (exclusive, in that order).
+
+    All three need a clock drop (busy SM clock under CLOCK_DROP_RATIO of max): a
+    reason bit with the clock holding throttles nothing. The drop is thermal or
+    power where ≥ REASON_SHARE of the busy samples carry that reason bit or,
+    without bits, where the GPU is hot (HOT_GPU_C) or draws ≥ POWER_AT_LIMIT of
+    its limit; "other" with neither. The one rule for attribution and timelines.
+    """
+    drop = np.nan_to_num(gpu.clock_ratio_busy, nan=1.0) < CLOCK_DROP_RATIO
+    if gpu.has_reasons:
+        thermal = np.nan_to_num(gpu.thermal_reason, nan=0.0) >= REASON_SHARE
+        power = np.nan_to_num(gpu.power_reason, nan=0.0) >= REASON_SHARE
+    else:  # no reason bits: fall back to readings
+        thermal = np.nan_to_num(gpu.temp_c, nan=0.0) >= HOT_GPU_C
+        with np.errstate(invalid="ignore", divide="ignore"):
+            power = np.nan_to_num(gpu.power_w / gpu.power_limit_w, nan=0.0) >= POWER_AT_LIMIT
+    return {
+        CAUSE_GPU_THERMAL: drop & thermal,
+        CAUSE_GPU_POWER: drop & power & ~thermal,
+        CAUSE_GPU_CLOCK_OTHER: drop & ~thermal & ~power,
+    }
 
 
 def clock_signature(cause: str, sig: Signals, baseline: np.ndarray) -> Signature:
@@ -43,17 +69,7 @@ def clock_signature(cause: str, sig: Signals, baseline: np.ndarray) -> Signature
     if np.all(np.isnan(ratio)):
         return na(cause, "not assessable: gpu data has no sm_clock_mhz/sm_clock_max_mhz")
     drop = np.nan_to_num(ratio, nan=1.0) < CLOCK_DROP_RATIO
-    thermal = np.nan_to_num(gpu.thermal_reason, nan=0.0) >= REASON_SHARE
-    power = np.nan_to_num(gpu.power_reason, nan=0.0) >= REASON_SHARE
-    if not gpu.has_reasons:  # no reason bits: fall back to readings
-        thermal = np.nan_to_num(gpu.temp_c, nan=0.0) >= HOT_C
-        with np.errstate(invalid="ignore", divide="ignore"):
-            power = np.nan_to_num(gpu.power_w / gpu.power_limit_w, nan=0.0) >= POWER_AT_LIMIT
-    kinds = {
-        CAUSE_GPU_THERMAL: drop & thermal,
-        CAUSE_GPU_POWER: drop & power & ~thermal,
-        CAUSE_GPU_CLOCK_OTHER: drop & ~thermal & ~power,
-    }
+    kinds = throttle_classes(gpu)
     inflation = compute_inflation(sig, baseline)
     metric = 1.0 - ratio
 
@@ -92,7 +108,7 @@ def clock_signature(cause: str, sig: Signals, baseline: np.ndarray) -> Signature
     return Signature(cause, flag(kinds[cause], ratio), metric, evidence)
 
 
-def clock_summary(what: str):  # type: ignore[no-untyped-def]
+def clock_summary(what: str) -> SummaryFn:
     """The summary sentence of a clock cause ("thermal throttling", "a clock drop", ...)."""
 
     def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:

@@ -9,8 +9,10 @@ the one-sentence summary of its evidence (`summary`). Attribution
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 from scipy import stats
@@ -102,6 +104,45 @@ class Cause:
 
 def na(cause: str, why: str) -> Signature:
     return Signature(cause, None, None, not_assessable=why)
+
+
+SignatureFn = Callable[[Signals, np.ndarray], Signature]
+# summary(evidence, "3/4 spike episodes", share of windows or None) -> one sentence
+SummaryFn = Callable[[list[Evidence], str, float | None], str]
+T = TypeVar("T")
+
+
+class NotAssessable(Exception):  # noqa: N818 (a verdict on the data, not an error)
+    """Raised in a signature by `need`/`check`: this run's data cannot say whether the cause holds."""
+
+
+def need(value: T | None, why: str) -> T:
+    """`value`, or not assessable ("not assessable: {why}") where the run did not record it."""
+    if value is None:
+        raise NotAssessable(f"not assessable: {why}")
+    return value
+
+
+def check(ok: bool, why: str) -> None:
+    """Not assessable ("not assessable: {why}") unless `ok`."""
+    if not ok:
+        raise NotAssessable(f"not assessable: {why}")
+
+
+def assessed(cause: str) -> Callable[[SignatureFn], SignatureFn]:
+    """Decorate a cause's signature: a `need`/`check` that fails returns `na(cause, why)`."""
+
+    def wrap(fn: SignatureFn) -> SignatureFn:
+        @functools.wraps(fn)
+        def signature(sig: Signals, baseline: np.ndarray) -> Signature:
+            try:
+                return fn(sig, baseline)
+            except NotAssessable as missing:
+                return na(cause, str(missing))
+
+        return signature
+
+    return wrap
 
 
 def flag(cond: np.ndarray, *known: np.ndarray) -> np.ndarray:

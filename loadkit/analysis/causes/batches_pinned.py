@@ -15,11 +15,13 @@ from loadkit.analysis.causes.base import (
     Cause,
     Signals,
     Signature,
+    assessed,
+    check,
     ev,
     flag,
     fmt,
     median,
-    na,
+    need,
 )
 from loadkit.analysis.model import Evidence
 
@@ -28,16 +30,12 @@ PINNED_SHARE = 0.9  # mean batch at >= 90 % of max_batch_size
 QUEUE_OVER_COMPUTE = 0.5  # requests wait at least half a batch's compute for a slot
 
 
+@assessed(CAUSE_BATCHES_PINNED)
 def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     cause = CAUSE_BATCHES_PINNED
-    tr = sig.triton
-    if tr is None:
-        return na(cause, "not assessable: no triton_stats data")
-    if not sig.max_batch_size:
-        return na(cause, "not assessable: no model config (max_batch_size) in the manifest")
-    if sig.max_batch_size <= 1:
-        return na(cause, "not assessable: max_batch_size <= 1 (no batching to pin)")
-    b = float(sig.max_batch_size)
+    tr = need(sig.triton, "no triton_stats data")
+    b = float(need(sig.max_batch_size or None, "no model config (max_batch_size) in the manifest"))
+    check(b > 1, "max_batch_size <= 1 (no batching to pin)")
     pinned = np.nan_to_num(tr.batch_size_mean, nan=0.0) >= PINNED_SHARE * b
     waiting = np.nan_to_num(tr.queue_ms_per_request, nan=0.0) >= QUEUE_OVER_COMPUTE * np.nan_to_num(
         tr.batch_compute_ms, nan=np.inf

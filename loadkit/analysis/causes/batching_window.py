@@ -14,11 +14,13 @@ from loadkit.analysis.causes.base import (
     Cause,
     Signals,
     Signature,
+    assessed,
+    check,
     ev,
     flag,
     fmt,
     median,
-    na,
+    need,
     service_capacity_rps,
 )
 from loadkit.analysis.model import CAUSE_BATCHING_WINDOW, Evidence
@@ -27,17 +29,15 @@ QUEUE_SHARE_OF_LATENCY = 0.4
 QUEUE_NEAR_WINDOW = 1.5  # queue wait up to 1.5x max_queue_delay (+1 ms) counts as the window's
 
 
+@assessed(CAUSE_BATCHING_WINDOW)
 def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     cause = CAUSE_BATCHING_WINDOW
-    tr = sig.triton
-    if tr is None:
-        return na(cause, "not assessable: no triton_stats data")
-    if sig.max_queue_delay_ms is None or not sig.max_batch_size:
-        return na(cause, "not assessable: no model config (max_queue_delay) in the manifest")
-    if sig.max_queue_delay_ms <= 0:
-        return na(cause, "not assessable: max_queue_delay is 0 (no batching window)")
-    delay = sig.max_queue_delay_ms
-    small = tr.batch_size_mean <= max(2.0, 0.25 * sig.max_batch_size)
+    tr = need(sig.triton, "no triton_stats data")
+    no_config = "no model config (max_queue_delay) in the manifest"
+    delay = need(sig.max_queue_delay_ms, no_config)
+    max_batch = need(sig.max_batch_size or None, no_config)
+    check(delay > 0, "max_queue_delay is 0 (no batching window)")
+    small = tr.batch_size_mean <= max(2.0, 0.25 * max_batch)
     # The wait is near the window and a large share of what a request experiences.
     # Far above the window is queueing behind slow or saturated compute, which
     # other causes explain; the window's own cost is a wait *near* it.

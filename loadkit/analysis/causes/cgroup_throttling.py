@@ -8,26 +8,26 @@ from loadkit.analysis.causes.base import (
     Cause,
     Signals,
     Signature,
+    assessed,
+    check,
     ev,
     flag,
     fmt,
     mean,
     median,
-    na,
+    need,
 )
 from loadkit.analysis.model import CAUSE_CGROUP_THROTTLING, Evidence
 
 CGROUP_THROTTLED_PCT = 10.0
 
 
+@assessed(CAUSE_CGROUP_THROTTLING)
 def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     """CFS throttled periods rising: the server's cgroup uses up its CPU quota."""
     cause = CAUSE_CGROUP_THROTTLING
-    host = sig.host
-    if host is None:
-        return na(cause, "not assessable: no host data")
-    if not host.has_cgroup:
-        return na(cause, "not assessable: host data has no cgroup_nr_periods/nr_throttled")
+    host = need(sig.host, "no host data")
+    check(host.has_cgroup, "host data has no cgroup_nr_periods/nr_throttled")
     pct = host.cgroup_throttled_pct
     base_pct = median(pct, baseline) or 0.0
     # No condition on the host's idle cores: a period is throttled only when the

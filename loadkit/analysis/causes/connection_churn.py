@@ -1,5 +1,10 @@
 """Connection churn: requests open new connections, and a new connection's first request is slow.
 
+A new connection counts only when its request is slower than the requests
+sent at the same moment on reused connections: a client pool that grows while
+requests pile up (an effect of the latency) opens its connections exactly when
+everything is slow.
+
 When most requests open a connection all run long (keep-alive off), there is
 no baseline to contrast episodes with: that is a standing condition
 (`run_level`), "no connection reuse".
@@ -14,12 +19,13 @@ from loadkit.analysis.causes.base import (
     Cause,
     Signals,
     Signature,
+    assessed,
     ev,
     flag,
     fmt,
     mean,
     median,
-    na,
+    need,
     outside_server_ms,
 )
 from loadkit.analysis.model import CAUSE_CONNECTION_CHURN, Evidence
@@ -33,11 +39,11 @@ FIRST_REQUEST_SLOWDOWN = 1.2  # churn needs the first request on a connection th
 RUN_LEVEL_CHURN_SHARE = 0.5
 
 
+@assessed(CAUSE_CONNECTION_CHURN)
 def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     cause = CAUSE_CONNECTION_CHURN
-    rate, source = new_connections_per_s(sig.host, sig.samples, sig.throughput_rps)
-    if rate is None:
-        return na(cause, "not assessable: no request samples or host tcp_new_connections")
+    found, source = new_connections_per_s(sig.host, sig.samples, sig.throughput_rps)
+    rate = need(found, "no request samples or host tcp_new_connections")
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(sig.throughput_rps > 0, rate / sig.throughput_rps, np.nan)
     first, reused = (
@@ -46,9 +52,15 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
         else (None, None)
     )
     # New connections that are not slower (e.g. the user pool growing) cost nothing.
-    not_slower = (
-        first is not None and reused is not None and first < FIRST_REQUEST_SLOWDOWN * reused
-    )
+    # Against requests sent at the same moment where there are any: a pool that
+    # grows while requests pile up opens its connections when everything is slow.
+    neighbours = sig.samples.first_vs_neighbours if sig.samples is not None else None
+    if neighbours is not None:
+        not_slower = neighbours < FIRST_REQUEST_SLOWDOWN
+    else:
+        not_slower = (
+            first is not None and reused is not None and first < FIRST_REQUEST_SLOWDOWN * reused
+        )
     run_share = float(np.nanmedian(share)) if np.any(~np.isnan(share)) else 0.0
     run_level = run_share >= RUN_LEVEL_CHURN_SHARE
     if run_level:
@@ -80,6 +92,12 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
                 ),
                 Evidence(
                     "reused_connection_latency", sig.samples.reused_request_ms, "ms", "median"
+                ),
+                Evidence(
+                    "first_request_vs_neighbours",
+                    sig.samples.first_vs_neighbours,
+                    "x",
+                    "new-connection request vs reused ones sent within 0.1 s",
                 ),
             ]
         if outside is not None:

@@ -3,9 +3,15 @@
 Client, server and network stack all wait for a CPU: the latency grows on
 both sides of Triton. Neither the server's queue nor its compute has to stay
 normal (Triton's own threads wait for the CPU too). Windows where arrivals rise
-above their baseline are left out (the server working through a burst makes
-the cores busy itself), and so are windows where the server's cgroup is
+above their baseline, and the few after them, are left out (the server working
+through a burst makes the cores busy itself), and so are windows where the server's cgroup is
 throttled (its quota, not the host, is what it waits for).
+
+Busy cores alone do not say the server waits: on a host that someone else
+keeps busy all run, the cores are saturated in every window. Where the
+server's involuntary context switches are recorded, the signature also needs
+the server to be preempted more often per CPU-second it gets than in its
+baseline (`server_starved`): the scheduler is taking the CPU from it.
 """
 
 from __future__ import annotations
@@ -16,13 +22,15 @@ from loadkit.analysis.causes.base import (
     Cause,
     Signals,
     Signature,
+    assessed,
+    check,
     ev,
     flag,
     fmt,
     maximum,
     mean,
     median,
-    na,
+    need,
     outside_server_ms,
 )
 from loadkit.analysis.causes.cgroup_throttling import CGROUP_THROTTLED_PCT
@@ -30,20 +38,67 @@ from loadkit.analysis.model import CAUSE_CPU_SATURATION, Evidence
 
 BUSY_CORES_SHARE = 0.75  # share of cores at >= 95 %
 ARRIVALS_RISE = 1.25  # arrivals this far above baseline: a burst, not a neighbour
+BACKLOG_WINDOWS = 3
+# Preempted this many times more per CPU-second than in baseline: the server waits for a CPU.
+PREEMPTION_RISE = 2.0
 
 
-def signature(sig: Signals, baseline: np.ndarray) -> Signature:
-    cause = CAUSE_CPU_SATURATION
+def busy_cores(sig: Signals) -> np.ndarray | None:
+    """Share of cores at >= 95 % per window (from the mean CPU where there is no per-core data)."""
     host = sig.host
     if host is None:
-        return na(cause, "not assessable: no host data")
-    if not host.has_per_core and np.all(np.isnan(host.cpu_mean_pct)):
-        return na(cause, "not assessable: host data has no cpu_per_core_pct")
-    busy = host.busy_core_frac if host.has_per_core else (host.cpu_mean_pct >= 95.0).astype(float)
+        return None
+    if host.has_per_core:
+        return host.busy_core_frac
+    if np.all(np.isnan(host.cpu_mean_pct)):
+        return None
+    return flag(host.cpu_mean_pct >= 95.0, host.cpu_mean_pct)
+
+
+def server_starved(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
+    """Per window: cores saturated and the server preempted PREEMPTION_RISE x its baseline rate.
+
+    A server stopped (SIGSTOP, a freeze) is not scheduled at all, so its rate
+    per CPU-second stays as usual; one starved by other runnable work is
+    preempted far more often. None where the host data lack the server's
+    context switches.
+    """
+    host = sig.host
+    busy = busy_cores(sig)
+    rate = host.server_preemptions_per_cpu_s if host is not None else None
+    if busy is None or rate is None or np.all(np.isnan(rate)):
+        return None
+    base = median(rate, baseline)
+    if base is None or base <= 0:
+        return None
+    cond = (np.nan_to_num(busy, nan=0.0) >= BUSY_CORES_SHARE) & (
+        np.nan_to_num(rate, nan=0.0) >= PREEMPTION_RISE * base
+    )
+    return flag(cond, busy)
+
+
+@assessed(CAUSE_CPU_SATURATION)
+def signature(sig: Signals, baseline: np.ndarray) -> Signature:
+    cause = CAUSE_CPU_SATURATION
+    host = need(sig.host, "no host data")
+    check(
+        host.has_per_core or not np.all(np.isnan(host.cpu_mean_pct)),
+        "host data has no cpu_per_core_pct",
+    )
+    busy = busy_cores(sig)
+    assert busy is not None
+    starved = server_starved(sig, baseline)
     cond = np.nan_to_num(busy, nan=0.0) >= BUSY_CORES_SHARE
+    if starved is not None:
+        cond &= np.nan_to_num(starved, nan=0.0) > 0
     offered_base = median(sig.offered_rps, baseline)
     if offered_base:
-        cond &= np.nan_to_num(sig.offered_rps, nan=0.0) < ARRIVALS_RISE * offered_base
+        rise = np.nan_to_num(sig.offered_rps, nan=0.0) >= ARRIVALS_RISE * offered_base
+        # ... and the windows after, while the server works through the backlog.
+        after = rise.copy()
+        for k in range(1, BACKLOG_WINDOWS + 1):
+            after[k:] |= rise[:-k]
+        cond &= ~after
     if host.has_cgroup:
         cond &= np.nan_to_num(host.cgroup_throttled_pct, nan=0.0) < CGROUP_THROTTLED_PCT
     holds = flag(cond, busy)
@@ -56,6 +111,17 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
             Evidence("psi_cpu_some_in_episodes", maximum(host.psi_some_avg10, ep), "%"),
             Evidence("psi_cpu_some_baseline", median(host.psi_some_avg10, base), "%"),
         ]
+        rate = host.server_preemptions_per_cpu_s
+        if rate is not None:
+            out += [
+                Evidence(
+                    "server_preemptions_in_episodes",
+                    median(rate, ep & (holds > 0)),
+                    "/CPU-s",
+                    "involuntary context switches per second of CPU the server got",
+                ),
+                Evidence("server_preemptions_baseline", median(rate, base), "/CPU-s"),
+            ]
         if outside is not None and sig.triton is not None:
             out += [
                 Evidence(
@@ -79,7 +145,13 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
         f"{fmt(None if cores is None else 100 * cores)}% of cores at >=95% in {eps}; "
         f"client-minus-server time {fmt(ev(e, 'client_minus_server_in_episodes'), '', 1)} ms "
         f"vs {fmt(ev(e, 'client_minus_server_baseline'), '', 1)} ms baseline, Triton's queue "
-        f"{fmt(ev(e, 'queue_in_episodes'), '', 1)} ms vs {fmt(ev(e, 'queue_baseline'), '', 1)} ms."
+        f"{fmt(ev(e, 'queue_in_episodes'), '', 1)} ms vs {fmt(ev(e, 'queue_baseline'), '', 1)} ms"
+        + (
+            f"; the server was preempted {fmt(ev(e, 'server_preemptions_in_episodes'))} times per "
+            f"CPU-second vs {fmt(ev(e, 'server_preemptions_baseline'))} in baseline."
+            if ev(e, "server_preemptions_baseline") is not None
+            else "."
+        )
     )
 
 

@@ -13,11 +13,13 @@ from loadkit.analysis.causes.base import (
     Cause,
     Signals,
     Signature,
+    assessed,
+    check,
     ev,
     flag,
     fmt,
     median,
-    na,
+    need,
 )
 from loadkit.analysis.model import Evidence
 
@@ -25,14 +27,11 @@ CAUSE_GPU_UNDERUSED = "gpu_underused"
 LOW_UTIL_PCT = 20.0
 
 
+@assessed(CAUSE_GPU_UNDERUSED)
 def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     cause = CAUSE_GPU_UNDERUSED
-    gpu = sig.gpu
-    if gpu is None:
-        return na(cause, "not assessable: no gpu data")
-    util = gpu.util_pct
-    if np.all(np.isnan(util)):
-        return na(cause, "not assessable: gpu data has no util_gpu_pct")
+    util = need(sig.gpu, "no gpu data").util_pct
+    check(not np.all(np.isnan(util)), "gpu data has no util_gpu_pct")
     loaded = np.nan_to_num(sig.offered_rps, nan=0.0) > 0
     low = np.nan_to_num(util, nan=100.0) < LOW_UTIL_PCT
     holds = flag(low, util)

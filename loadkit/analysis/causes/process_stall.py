@@ -25,7 +25,7 @@ from loadkit.analysis.causes.base import (
     na,
 )
 from loadkit.analysis.causes.cgroup_throttling import CGROUP_THROTTLED_PCT
-from loadkit.analysis.causes.cpu_saturation import BUSY_CORES_SHARE
+from loadkit.analysis.causes.cpu_saturation import BUSY_CORES_SHARE, server_starved
 from loadkit.analysis.gaps import min_gap_s
 from loadkit.analysis.model import CAUSE_PROCESS_STALL, Evidence
 
@@ -61,10 +61,19 @@ def _gap_signature(sig: Signals, baseline: np.ndarray) -> Signature:
         generator_windows = (longest > 0) & (lag_s >= GENERATOR_LAG_SHARE * longest)
         holds[generator_windows] = 0.0
     # A gap while the server's CPU was taken from it (cores saturated, or its
-    # cgroup throttled, where that is not the usual state of the run) is CPU
-    # starvation: cpu_saturation's or cgroup_throttling's, not a stop.
+    # cgroup throttled, where that is not the usual state of the run), or while
+    # the server was preempted far more per CPU-second than usual (runnable but
+    # kept off the CPU), is CPU starvation: cpu_saturation's or
+    # cgroup_throttling's, not a stop.
     starved = np.zeros(sig.n, dtype=bool)
     host = sig.host
+    preempted = server_starved(sig, baseline)
+    if preempted is not None:  # the server was runnable and preempted: not stopped
+        # One window either side: host samples are coarser than the gaps, and a
+        # counter's increase is spread over its sampling interval.
+        hit = np.nan_to_num(preempted, nan=0.0) > 0
+        starved |= hit | np.roll(hit, 1) & (np.arange(sig.n) > 0)
+        starved |= np.roll(hit, -1) & (np.arange(sig.n) < sig.n - 1)
     if host is not None and host.has_per_core:
         busy = np.nan_to_num(host.busy_core_frac, nan=0.0) >= BUSY_CORES_SHARE
         if (median(host.busy_core_frac, baseline) or 0.0) < BUSY_CORES_SHARE:

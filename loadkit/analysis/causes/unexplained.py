@@ -17,6 +17,8 @@ from loadkit.analysis.causes.base import (
     Cause,
     Signals,
     Signature,
+    SignatureFn,
+    SummaryFn,
     components,
     compute_inflation,
     ev,
@@ -26,6 +28,7 @@ from loadkit.analysis.causes.base import (
     median,
     na,
 )
+from loadkit.analysis.causes.cpu_saturation import BUSY_CORES_SHARE, busy_cores
 from loadkit.analysis.model import Evidence
 
 COMPUTE_INFLATION = 1.3  # compute per batch this much over baseline at the same batch size
@@ -128,6 +131,21 @@ def compute_signature(sig: Signals, baseline: np.ndarray) -> Signature:
         )
         return na(CAUSE_COMPUTE, f"not assessable: {why}")
     holds = flag(np.nan_to_num(inflation, nan=0.0) >= COMPUTE_INFLATION, inflation)
+    # On saturated cores a model's compute slows with the host (a CPU-bound
+    # backend, or the threads that feed the accelerator): where the windows
+    # that show the slowdown had their cores saturated, it cannot be told from
+    # CPU contention, so it stays a weak lead.
+    cap, notes = None, []
+    busy = busy_cores(sig)
+    slow = np.nan_to_num(holds, nan=0.0) > 0
+    saturated = median(busy, slow) if busy is not None and slow.any() else None
+    if saturated is not None and saturated >= BUSY_CORES_SHARE:
+        cap = "weak"
+        notes.append(
+            f"the host's cores were saturated where compute slowed ({saturated:.0%} of cores at "
+            ">=95%): on a busy host the model's compute slows with the CPU, so this cannot be "
+            "told from CPU contention"
+        )
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
         assert sig.triton is not None
@@ -143,10 +161,10 @@ def compute_signature(sig: Signals, baseline: np.ndarray) -> Signature:
             *_context(sig, ep, base),
         ]
 
-    return Signature(CAUSE_COMPUTE, holds, inflation, evidence)
+    return Signature(CAUSE_COMPUTE, holds, inflation, evidence, notes=notes, max_confidence=cap)
 
 
-def _component_signature(cause: str, part: str, ratio: float):  # type: ignore[no-untyped-def]
+def _component_signature(cause: str, part: str, ratio: float) -> SignatureFn:
     def signature(sig: Signals, baseline: np.ndarray) -> Signature:
         parts = components(sig)
         if part not in parts:
@@ -178,7 +196,7 @@ def _component_signature(cause: str, part: str, ratio: float):  # type: ignore[n
     return signature
 
 
-def _summary(what: str, where: str):  # type: ignore[no-untyped-def]
+def _summary(what: str, where: str) -> SummaryFn:
     def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
         inflation = ev(e, "compute_inflation_in_episodes")
         if inflation is not None:
@@ -206,47 +224,64 @@ COMPUTE = Cause(
     kind=UNEXPLAINED,
     fault_events=("model-slowdown",),
 )
-QUEUE = Cause(
-    id=CAUSE_QUEUE,
-    component="server_queue",
-    title="Unexplained server queue growth",
-    action="Requests wait longer in Triton's queue while arrivals and compute per batch stay "
+
+
+def _component_cause(
+    cause: str,
+    part: str,
+    title: str,
+    action: str,
+    grew: tuple[str, str],
+    ratio: float = GROWTH_RATIO,
+    signal: tuple[str, str] | None = None,
+) -> Cause:
+    """The fallback cause naming one latency component (`part`) that grew; `grew`: (what, where)."""
+    return Cause(
+        id=cause,
+        component=part,
+        title=title,
+        action=action,
+        signature=_component_signature(cause, part, ratio),
+        summary=_summary(*grew),
+        signal=signal,
+        kind=UNEXPLAINED,
+    )
+
+
+QUEUE = _component_cause(
+    CAUSE_QUEUE,
+    "server_queue",
+    "Unexplained server queue growth",
+    "Requests wait longer in Triton's queue while arrivals and compute per batch stay "
     "the same: check instance_group count, other models sharing the GPU or instances, and "
     "the scheduler's settings (priorities, queue policy).",
-    signature=_component_signature(CAUSE_QUEUE, "server_queue", GROWTH_RATIO),
-    summary=_summary("queue time", "requests wait in the server's queue"),
+    ("queue time", "requests wait in the server's queue"),
     signal=("telemetry.queue_ms_per_request", "queue time per request (ms)"),
-    kind=UNEXPLAINED,
 )
-CLIENT_NETWORK = Cause(
-    id=CAUSE_CLIENT_NETWORK,
-    component="client_network",
-    title="Unexplained client or network slowdown",
-    action="The time goes outside the server (client, network, proxies): check the client "
+CLIENT_NETWORK = _component_cause(
+    CAUSE_CLIENT_NETWORK,
+    "client_network",
+    "Unexplained client or network slowdown",
+    "The time goes outside the server (client, network, proxies): check the client "
     "host (CPU, GC pauses), the network path and load balancers, and connection setup.",
-    signature=_component_signature(CAUSE_CLIENT_NETWORK, "client_network", GROWTH_RATIO),
-    summary=_summary("client + network time", "the time goes outside the server"),
-    kind=UNEXPLAINED,
+    ("client + network time", "the time goes outside the server"),
 )
-GENERATOR = Cause(
-    id=CAUSE_GENERATOR,
-    component="generator_lag",
-    title="Load generator fell behind",
-    action="The generator sent requests late: its results in these windows understate load. "
+GENERATOR = _component_cause(
+    CAUSE_GENERATOR,
+    "generator_lag",
+    "Load generator fell behind",
+    "The generator sent requests late: its results in these windows understate load. "
     "Give it more CPU or more processes (loadkit run --processes), or lower the rate per process.",
-    signature=_component_signature(CAUSE_GENERATOR, "generator_lag", GROWTH_RATIO),
-    summary=_summary("generator lag", "the client side (load generator) fell behind its schedule"),
-    kind=UNEXPLAINED,
+    ("generator lag", "the client side (load generator) fell behind its schedule"),
 )
-SERVER_SIDE = Cause(
-    id=CAUSE_SERVER_SIDE,
-    component="server_side",
-    title="Unexplained server-side slowdown",
-    action="The service time grew while the generator kept its schedule: the server or the "
+SERVER_SIDE = _component_cause(
+    CAUSE_SERVER_SIDE,
+    "server_side",
+    "Unexplained server-side slowdown",
+    "The service time grew while the generator kept its schedule: the server or the "
     "network. Record Triton's statistics (loadkit run records them from the target) to split "
     "queue from compute.",
-    signature=_component_signature(CAUSE_SERVER_SIDE, "server_side", SERVER_SIDE_RATIO),
-    summary=_summary("service time", "server or network side (no server statistics to split)"),
-    kind=UNEXPLAINED,
+    ("service time", "server or network side (no server statistics to split)"),
+    ratio=SERVER_SIDE_RATIO,
 )
 CAUSES = (COMPUTE, QUEUE, CLIENT_NETWORK, GENERATOR, SERVER_SIDE)

@@ -103,3 +103,35 @@ def test_fault_events_never_change_the_findings(tmp_path: Path):
     assert with_faults.findings == without.findings
     assert with_faults.causes_checked == without.causes_checked
     assert with_faults.episodes == without.episodes
+
+
+def test_timeline_throttle_spans_follow_attributions_rule():
+    """A reason bit while the clock holds throttles nothing: no span, as no finding."""
+    import numpy as np
+
+    from loadkit.analysis.causes._gpu_clock import throttle_classes
+    from loadkit.analysis.intervals import gpu_throttle_classes
+    from loadkit.analysis.telemetry import GpuSeries
+
+    n = 6
+    ratio = np.array([1.0, 1.0, 0.5, 0.5, 0.5, 1.0])  # the clock drops in windows 2-4 only
+    gpu = GpuSeries(
+        sm_clock_mhz=1980.0 * ratio,
+        sm_clock_max_mhz=np.full(n, 1980.0),
+        clock_ratio_busy=ratio,
+        temp_c=np.full(n, 70.0),
+        power_w=np.full(n, 300.0),
+        power_limit_w=np.full(n, 700.0),
+        util_pct=np.full(n, 60.0),
+        mem_used_bytes=np.full(n, 1e9),
+        mem_total_bytes=8e10,
+        thermal_reason=np.array([1.0, 1.0, 1.0, 0.0, 0.0, 1.0]),
+        power_reason=np.array([0.0, 0.0, 0.0, 1.0, 0.0, 0.0]),
+        has_reasons=True,
+    )
+    shaded = gpu_throttle_classes(gpu)
+    assert shaded["gpu_thermal"].tolist() == [False, False, True, False, False, False]
+    assert shaded["gpu_power"].tolist() == [False, False, False, True, False, False]
+    assert shaded["gpu_clock_other"].tolist() == [False, False, False, False, True, False]
+    found = throttle_classes(gpu)
+    assert [m.tolist() for m in found.values()] == [m.tolist() for m in shaded.values()]

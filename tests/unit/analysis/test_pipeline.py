@@ -79,3 +79,24 @@ def test_cli_writes_analysis_json_and_gates_on_slo(tmp_path, capsys):
 def test_scenario_slo_in_manifest_is_used(analyze_spec):
     a = analyze_spec(RunSpec(rate_rps=200, duration_s=30, slo={"p99_ms": 1.0}), "slo")
     assert not a.verdict.passed and a.verdict.source == "scenario+default"
+
+
+def test_stages_run_alone(tmp_path):
+    """align -> detect -> attribute -> judge: each a function of the stages before it."""
+    from loadkit.analysis import pipeline
+    from loadkit.testing.synthetic import FaultWindow
+
+    spec = RunSpec(rate_rps=150, duration_s=30, stalls=(FaultWindow(18.2, 19.5),))
+    run = load_run(write_run(spec, tmp_path, "stages"))
+    aligned = pipeline.align(run)
+    assert aligned.window_s == 1.0 and aligned.grid.n == len(aligned.windows.t_s) == 30
+    assert aligned.gpu is not None and aligned.telemetry.gpu_temp_c is not None
+    detected = pipeline.detect(aligned)
+    assert detected.primary == "p99" and detected.episodes_for_primary
+    attributed = pipeline.attribute(aligned, detected)
+    assert [e.episode_id for e in attributed.episodes] == [e.episode_id for e in detected.episodes]
+    assert attributed.attribution.findings[0].cause == "process_stall"
+    judged = pipeline.judge(aligned, detected, attributed)
+    assert judged.episodes == attributed.episodes and judged.phases == detected.phases
+    assert "Process stall" in judged.headline
+    assert judged.notes[: len(aligned.notes)] == aligned.notes

@@ -25,8 +25,8 @@ from loadkit.analysis.percentiles import (
     window_percentiles,
 )
 from loadkit.analysis.pipeline import REQUEST_SAMPLE_COLUMNS
+from loadkit.analysis.recovery import rolling_p99
 from loadkit.analysis.telemetry import align_request_samples
-from loadkit.analysis.verdicts import rolling_p99
 from loadkit.rundir import Run, load_run, new_histogram
 from loadkit.testing.synthetic import FaultWindow, RunSpec, write_run
 

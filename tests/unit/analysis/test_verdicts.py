@@ -1,14 +1,10 @@
 import numpy as np
 import pytest
 
+from loadkit.analysis.alerts import alerts
 from loadkit.analysis.drift import SoakSignals, soak_drift
 from loadkit.analysis.model import LatencySummary, OverallStats
-from loadkit.analysis.verdicts import (
-    alerts,
-    parse_slo,
-    resolve_slo,
-    slo_verdict,
-)
+from loadkit.analysis.slo import parse_slo, resolve_slo, slo_verdict
 from loadkit.errors import UsageError
 from loadkit.testing.synthetic import Burst, RunSpec
 

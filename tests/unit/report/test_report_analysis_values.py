@@ -45,7 +45,6 @@ def test_report_draws_aligned_signal_phases_intervals_and_cores(runs):
 
 def test_compare_report_judges_differences_against_noise(runs):
     ctx = compare.build_compare_context(runs)
-    assert ctx["noise_available"]
     rows = {r["key"]: r["others"][0] for r in ctx["metrics"]}
     assert rows["p99_ms"]["exceeds_noise"] is True and rows["p99_ms"]["direction"] == "worse"
     assert rows["offered_rps"]["exceeds_noise"] is False

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from analysis_builder import make_analysis, make_run
 
+from loadkit.analysis.model import AlignedSignal
 from loadkit.report.context import build_context
 from loadkit.report.plots import AlignedPlot, Span
 
@@ -121,15 +122,15 @@ def test_finding_card_carries_evidence_episodes_and_action(synthetic):
 def test_finding_plot_uses_the_aligned_signal_when_the_analysis_has_one(synthetic):
     run, analysis = synthetic
 
-    @dataclasses.dataclass(frozen=True)
-    class Aligned:
-        label: str = "SM clock (MHz)"
-        offsets_s: tuple[float, ...] = (-1.0, 0.0, 1.0)
-        mean: tuple[float, ...] = (1980.0, 1200.0, 1300.0)
-        baseline: float = 1980.0
-
+    aligned = AlignedSignal(
+        signal="telemetry.gpu_sm_clock_mhz",
+        label="SM clock (MHz)",
+        offsets_s=(-1.0, 0.0, 1.0),
+        mean=(1980.0, 1200.0, 1300.0),
+        baseline=1980.0,
+    )
     finding = analysis.findings[0]
-    object.__setattr__(finding, "aligned", Aligned())
+    object.__setattr__(finding, "aligned", aligned)
     figure = build_context(run, analysis)["findings"][0]["figure"]
     assert isinstance(figure, AlignedPlot)
     assert figure.mean == (1980.0, 1200.0, 1300.0) and figure.baseline == 1980.0

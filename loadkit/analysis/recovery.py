@@ -1,0 +1,143 @@
+"""Burst recovery: how high P99 went during a burst, and how long until it was back in band."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from loadkit.analysis.latency_counts import LatencyCounts
+from loadkit.analysis.model import BurstRecovery
+from loadkit.analysis.percentiles import merge
+
+RECOVERY_SPAN_S = 5.0  # P99 is judged over 5 s
+RECOVERY_HOLD_S = 10.0  # and must stay in band this long
+PRE_BURST_S = 30.0
+
+
+def rolling_p99(
+    histograms: Sequence[LatencyCounts | None], window_s: float, span_s: float = RECOVERY_SPAN_S
+) -> np.ndarray:
+    """P99 over the trailing `span_s` at each window, from merged histograms."""
+    k = max(1, int(round(span_s / window_s)))
+    out = np.full(len(histograms), np.nan)
+    for i in range(len(histograms)):
+        merged = merge(histograms[max(0, i - k + 1) : i + 1])
+        if merged.get_total_count():
+            out[i] = merged.get_value_at_percentile(99.0) / 1000.0
+    return out
+
+
+@dataclass(frozen=True)
+class BurstPhase:
+    start_ns: int
+    end_ns: int | None
+    rate: float | None
+
+
+def burst_recovery(
+    burst: BurstPhase,
+    starts_ns: np.ndarray,
+    window_s: float,
+    p99_ms: np.ndarray,
+    p99_5s_ms: np.ndarray,
+    batch_mean: np.ndarray | None,
+    queue_ms: np.ndarray | None,
+) -> BurstRecovery:
+    """Pre-burst band, then the first time after the burst that P99 (5 s) stays in it for 10 s."""
+    n = len(starts_ns)
+    window_ns = int(round(window_s * 1e9))
+    i_start = int(np.searchsorted(starts_ns, burst.start_ns, side="right")) - 1
+    i_start = max(0, i_start)
+    end_ns = burst.end_ns if burst.end_ns is not None else int(starts_ns[-1]) + window_ns
+    i_end = min(n, int(np.searchsorted(starts_ns, end_ns, side="left")))
+    pre_lo = max(0, i_start - int(round(PRE_BURST_S / window_s)))
+    pre = p99_5s_ms[pre_lo:i_start]
+    pre = pre[~np.isnan(pre)]
+    before = np.zeros(n, dtype=bool)
+    before[pre_lo:i_start] = True
+    during = np.zeros(n, dtype=bool)
+    during[i_start:i_end] = True
+
+    def mean_of(values: np.ndarray | None, mask: np.ndarray) -> float | None:
+        if values is None:
+            return None
+        sel = values[mask]
+        sel = sel[~np.isnan(sel)]
+        return float(sel.mean()) if sel.size else None
+
+    extras = {
+        "batch_size_mean_before": mean_of(batch_mean, before),
+        "batch_size_mean_during": mean_of(batch_mean, during),
+        "queue_ms_before": mean_of(queue_ms, before),
+        "queue_ms_during": mean_of(queue_ms, during),
+    }
+    if pre.size < 3:
+        return BurstRecovery(
+            burst.start_ns,
+            burst.end_ns,
+            burst.rate,
+            None,
+            None,
+            False,
+            None,
+            None,
+            None,
+            None,
+            None,
+            detail="too little data before the burst for a band",
+            **extras,
+        )
+    median = float(np.median(pre))
+    # The upper decile, not median + k·MAD: before the burst P99 may already
+    # have a sawtooth (5 s windows with and without a spike), whose MAD is
+    # inflated by the two levels; "recovered" means back to what it was then.
+    band = max(float(np.quantile(pre, 0.9)) * 1.1, 1.2 * median)
+    hold = max(1, int(round(RECOVERY_HOLD_S / window_s)))
+    within = np.nan_to_num(p99_5s_ms, nan=np.inf) <= band
+    recovered_at: int | None = None
+    for i in range(i_end, n - hold + 1):
+        if within[i : i + hold].all():
+            recovered_at = i
+            break
+    last = recovered_at if recovered_at is not None else n
+    seg = p99_ms[i_start : max(last, i_start + 1)]
+    peak = float(np.nanmax(seg)) if seg.size and not np.all(np.isnan(seg)) else None
+    area = float(np.nansum(np.clip(seg - median, 0, None)) * window_s) if seg.size else None
+    if recovered_at is None:
+        return BurstRecovery(
+            burst.start_ns,
+            burst.end_ns,
+            burst.rate,
+            median,
+            band,
+            False,
+            None,
+            None,
+            peak,
+            None if peak is None else peak - median,
+            area,
+            detail=f"P99 (5 s) did not stay under {band:.1f} ms for {RECOVERY_HOLD_S:.0f} s before the run ended",
+            **extras,
+        )
+    rec_ns = int(starts_ns[recovered_at])
+    recovery_s = max(0.0, (rec_ns - end_ns) / 1e9)
+    return BurstRecovery(
+        burst.start_ns,
+        burst.end_ns,
+        burst.rate,
+        median,
+        band,
+        True,
+        recovery_s,
+        rec_ns,
+        peak,
+        None if peak is None else peak - median,
+        area,
+        detail=f"P99 (5 s) back under {band:.1f} ms and held {RECOVERY_HOLD_S:.0f} s, {recovery_s:.0f} s after the burst ended",
+        **extras,
+    )
+
+
+__all__ = ["BurstPhase", "burst_recovery", "rolling_p99"]

@@ -1,0 +1,168 @@
+"""Transports encode requests ahead: the bytes on the wire are tritonclient's own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.grpc._utils import _get_inference_request
+from tritonclient.utils import InferenceServerException
+
+from loadkit.kserve.metadata import ModelSpec
+from loadkit.load.failures import classify_failure, error_message
+from loadkit.load.sources import RequestOptions, build_source, plan_requests
+from loadkit.load.transports import (
+    JsonHttpTransport,
+    TritonGrpcTransport,
+    TritonHttpTransport,
+    _http_error,
+    kserve_v2_json,
+)
+from loadkit.target.requests import ranker_plan
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "doc_ranker_input.json"
+DOC_METADATA = {
+    "name": "doc_ranker",
+    "versions": ["1"],
+    "platform": "python",
+    "inputs": [
+        {"name": "QUERY", "datatype": "BYTES", "shape": [-1, 1]},
+        {"name": "DOC_IDS", "datatype": "INT32", "shape": [-1, -1]},
+        {"name": "CONTEXT", "datatype": "FP32", "shape": [-1, 4]},
+    ],
+    "outputs": [{"name": "SCORES", "datatype": "FP32", "shape": [-1, -1]}],
+}
+
+
+def _plans() -> list:
+    spec = ModelSpec.from_server(DOC_METADATA, {"name": "doc_ranker", "max_batch_size": 8})
+    synthetic = plan_requests(spec, RequestOptions(shapes={"DOC_IDS": (5,)}, batch_size=3))
+    real = plan_requests(spec, RequestOptions(input_data=str(DATA)))
+    return [ranker_plan(7), synthetic, real]
+
+
+def _http_inputs(request):  # type: ignore[no-untyped-def]
+    inputs = []
+    for name, datatype, array in request.inputs:
+        tensor = httpclient.InferInput(name, list(array.shape), datatype)
+        tensor.set_data_from_numpy(array, binary_data=True)
+        inputs.append(tensor)
+    return inputs
+
+
+@pytest.mark.parametrize("plan", _plans(), ids=["ranker", "doc-synthetic", "doc-input-data"])
+def test_http_body_ahead_is_the_body_tritonclient_sends(plan) -> None:  # type: ignore[no-untyped-def]
+    transport = TritonHttpTransport("http://127.0.0.1:1", plan.model, timeout_s=1, churn=False)
+    source = build_source(plan, seed=3, encode=transport.encode_block)
+    for _ in range(70):  # past one block
+        request = source.next()
+        assert request.wire is not None and transport.prepare(request) is request.wire
+        outputs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in request.outputs]
+        body, json_size = httpclient.InferenceServerClient.generate_request_body(
+            _http_inputs(request), outputs=outputs
+        )
+        assert request.wire.body == body
+        assert request.wire.headers == {"Inference-Header-Content-Length": str(json_size)}
+
+
+@pytest.mark.parametrize("plan", _plans(), ids=["ranker", "doc-synthetic", "doc-input-data"])
+def test_grpc_message_ahead_is_the_message_tritonclient_sends(plan) -> None:  # type: ignore[no-untyped-def]
+    transport = TritonGrpcTransport("127.0.0.1:1", plan.model, timeout_s=1, churn=False)
+    source = build_source(plan, seed=3, encode=transport.encode_block)
+    for _ in range(70):
+        request = source.next()
+        inputs = []
+        for name, datatype, array in request.inputs:
+            tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        outputs = [grpcclient.InferRequestedOutput(n) for n in request.outputs]
+        expected = _get_inference_request(
+            model_name=plan.model,
+            inputs=inputs,
+            model_version="",
+            request_id="",
+            outputs=outputs,
+            sequence_id=0,
+            sequence_start=False,
+            sequence_end=False,
+            priority=0,
+            timeout=None,
+            parameters=None,
+        )
+        assert request.wire.SerializeToString() == expected.SerializeToString()
+
+
+def test_json_bodies_are_encoded_ahead_unless_the_scenario_builds_its_own() -> None:
+    plan = ranker_plan(3)
+    transport = JsonHttpTransport("http://127.0.0.1:1", "ranker", timeout_s=1, churn=False)
+    request = build_source(plan, seed=0, encode=transport.encode_block).next()
+    assert json.loads(request.wire) == json.loads(json.dumps(kserve_v2_json(request)))
+
+    calls = []
+
+    def own(req):  # type: ignore[no-untyped-def]
+        calls.append(req)
+        return {"n": len(calls)}
+
+    custom = JsonHttpTransport("http://127.0.0.1:1", "ranker", timeout_s=1, churn=False, body=own)
+    request = build_source(plan, seed=0, encode=custom.encode_block).next()
+    assert request.wire is None and not calls  # not called when the block was drawn
+    assert json.loads(custom.prepare(request)) == {"n": 1}
+
+
+def test_an_http_error_keeps_the_servers_words_and_classifies_as_tritonclients_would() -> None:
+    body = json.dumps({"error": "Exceeds maximum queue size"}).encode()
+    exc = _http_error(503, body)
+    assert isinstance(exc, InferenceServerException)
+    assert classify_failure(exc) == "queue_full"
+    assert error_message(exc) == "Exceeds maximum queue size"
+    assert classify_failure(_http_error(400, b"not json")) == "http_400"
+    assert error_message(_http_error(400, b"not json")) == "not json"
+
+
+def test_raw_bytes_are_row_major_copies_of_views() -> None:
+    from loadkit.load.transports import _raw_bytes
+
+    block = np.arange(24, dtype=np.int64).reshape(2, 3, 4)
+    view = block[1, :, ::2]  # not contiguous
+    assert _raw_bytes("INT64", view) == np.ascontiguousarray(view).tobytes()
+
+
+def test_the_http_client_checks_a_kept_connection_without_yielding_to_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import select
+    import socket
+
+    import gevent.select
+    from gevent.monkey import _state
+    from geventhttpclient.connectionpool import ConnectionPool
+
+    from loadkit.load.transports import open_http_client
+
+    # GIVEN select patched as gevent's monkey.patch_select leaves it (the original saved,
+    # gevent's in its place), and gevent's yields counted
+    monkeypatch.setitem(_state.saved, "select", {"select": select.select})
+    monkeypatch.setattr(select, "select", gevent.select.select)
+    yields: list[object] = []
+    monkeypatch.setattr(gevent.select, "_g_sleep", lambda *args: yields.append(args))
+    client = open_http_client("http://127.0.0.1:1", 1.0)
+    pool = client._connection_pool
+    a, b = socket.socketpair()
+    # the library's own check of an open, idle connection yields
+    assert ConnectionPool._is_socket_alive(pool, a) is True and len(yields) == 1
+    yields.clear()
+    # WHEN this client checks: THEN the same answers (open; peer closed; closed; none), no yield
+    alive = pool._is_socket_alive
+    assert alive(a) is True
+    b.close()
+    assert alive(a) is False
+    a.close()
+    assert alive(a) is False and alive(None) is False
+    assert yields == []
+    client.close()
