@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -184,6 +184,16 @@ def _completed(run_dir: Path) -> int:
     return total
 
 
+def _cmdline(process: Any) -> list[str]:
+    """A child's command line; [] once it has exited (a zombie at the run's end)."""
+    import psutil
+
+    try:
+        return list(process.cmdline() or [])
+    except psutil.Error:
+        return []
+
+
 def real(
     seconds: float,
     rate: float,
@@ -215,7 +225,7 @@ def real(
             gens = [
                 c
                 for c in me.children(recursive=True)
-                if any("locust" in part for part in (c.cmdline() or [])[:4])
+                if any("locust" in part for part in _cmdline(c)[:4])
             ]
             if not runs or not gens:
                 continue
