@@ -77,7 +77,10 @@ def _inputs(model: str, candidates: int) -> tuple[list[str], dict[str, object]]:
     """perf_analyzer's input flags and loadkit's parameters for the same requests."""
     if model == "ranker":
         return ["--shape", f"ITEM_IDS:{candidates}"], {"candidates": candidates}
-    return ["--input-data", str(INPUT_DATA)], {"model": model, "input_data": str(INPUT_DATA)}
+    # perf_analyzer needs the variable dimension's size even with real data (its first step
+    # is a flat array): "DOC_IDS ... needs to have its shape fully defined".
+    pa = ["--input-data", str(INPUT_DATA), "--shape", "DOC_IDS:8"]
+    return pa, {"model": model, "input_data": str(INPUT_DATA)}
 
 
 def perf_analyzer(

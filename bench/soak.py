@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -122,13 +122,15 @@ def _size_mib(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / MIB
 
 
-def synthetic(hours: float, rate: int, keep: bool) -> list[list[object]]:
+def synthetic(hours: float, rate: int, keep: bool, reuse: Path | None = None) -> list[list[object]]:
+    """Build (or, with `reuse`, take a kept) synthetic run; time its analysis and report."""
     loadkit = str(Path(sys.executable).with_name("loadkit"))
-    out = Path(tempfile.mkdtemp(prefix="loadkit-bench-soak-"))
+    out = reuse.parent if reuse else Path(tempfile.mkdtemp(prefix="loadkit-bench-soak-"))
+    keep = keep or reuse is not None
     duration = int(hours * HOUR_S)
     try:
         t0 = time.perf_counter()
-        run = write_soak_run(out, duration, rate)
+        run = reuse if reuse else write_soak_run(out, duration, rate)
         built = time.perf_counter() - t0
         disk = _size_mib(run)
         a_wall, a_rss, a_rc = measure([loadkit, "analyze", str(run)])
@@ -182,8 +184,28 @@ def _completed(run_dir: Path) -> int:
     return total
 
 
-def real(seconds: float, rate: float, every_s: float = 10.0) -> None:
-    """A real soak against the embedded Triton; slopes of the generator's RSS and CPU."""
+def _cmdline(process: Any) -> list[str]:
+    """A child's command line; [] once it has exited (a zombie at the run's end)."""
+    import psutil
+
+    try:
+        return list(process.cmdline() or [])
+    except psutil.Error:
+        return []
+
+
+def real(
+    seconds: float,
+    rate: float,
+    every_s: float = 10.0,
+    samples_csv: Path | None = None,
+    keep: bool = False,
+) -> None:
+    """A real soak against the embedded Triton; slopes of the generator's RSS and CPU.
+
+    Every sample also records the host's 1-minute load average, so a figure taken
+    on a shared host says how contended it was; `samples_csv` keeps the samples.
+    """
     import psutil
 
     from loadkit.load.orchestrator import TelemetryOptions, run_scenario
@@ -191,7 +213,8 @@ def real(seconds: float, rate: float, every_s: float = 10.0) -> None:
 
     repo = Path(__file__).resolve().parents[1]
     out = Path(tempfile.mkdtemp(prefix="loadkit-bench-soak-real-"))
-    samples: list[tuple[float, float, float, float, int]] = []  # t, dir MiB, rss, cpu s, done
+    # t, dir MiB, generator rss, generator cpu s, completed, load1, server rss
+    samples: list[tuple[float, float, float, float, int, float, float]] = []
     stop = threading.Event()
     me = psutil.Process()
 
@@ -202,21 +225,41 @@ def real(seconds: float, rate: float, every_s: float = 10.0) -> None:
             gens = [
                 c
                 for c in me.children(recursive=True)
-                if any("locust" in part for part in (c.cmdline() or [])[:4])
+                if any("locust" in part for part in _cmdline(c)[:4])
             ]
             if not runs or not gens:
                 continue
             try:
                 rss = sum(g.memory_info().rss for g in gens)
                 cpu = sum(sum(g.cpu_times()[:2]) for g in gens)
+                server_rss = psutil.Process(server_pid).memory_info().rss if server_pid else 0
             except psutil.Error:
                 continue
-            samples.append(
-                (time.monotonic() - t0, _size_mib(runs[0]), rss, cpu, _completed(runs[0]))
+            sample = (
+                time.monotonic() - t0,
+                _size_mib(runs[0]),
+                rss,
+                cpu,
+                _completed(runs[0]),
+                os.getloadavg()[0],
+                server_rss,
             )
+            samples.append(sample)
+            if samples_csv is not None:
+                with open(samples_csv, "a", encoding="ascii") as f:
+                    f.write(
+                        ",".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in sample)
+                    )
+                    f.write("\n")
 
+    server_pid = 0
+    if samples_csv is not None:
+        samples_csv.write_text(
+            "t_s,run_dir_mib,gen_rss_bytes,gen_cpu_s,completed,load1,server_rss_bytes\n"
+        )
     try:
         with EmbeddedTriton(log_path=out / "triton.log") as triton:
+            server_pid = triton.pid
             watcher = threading.Thread(target=watch, daemon=True)
             watcher.start()
             run_dir = run_scenario(
@@ -241,15 +284,20 @@ def real(seconds: float, rate: float, every_s: float = 10.0) -> None:
         with np.errstate(divide="ignore", invalid="ignore"):
             per_req_us = np.where(d_done > 0, 1e6 * d_cpu / d_done, np.nan)
         cpu = robust_trend("generator_cpu_us_per_request", "us", t[1:], per_req_us)
+        server = robust_trend("server_rss_mib", "MiB", t, arr[:, 6] / MIB)
+        span = t[-1] - t[0]
         print(
-            f"real soak: {seconds:.0f} s at {rate:g}/s, {len(samples)} samples every {every_s:g} s; "
-            f"run directory {_size_mib(run_dir):.1f} MiB"
+            f"real soak: {seconds:.0f} s at {rate:g}/s offered, "
+            f"{(arr[-1, 4] - arr[0, 4]) / span:.0f}/s completed; {len(samples)} samples every "
+            f"{every_s:g} s; run directory {_size_mib(run_dir):.1f} MiB; host load average "
+            f"median {np.median(arr[:, 5]):.1f} (max {arr[:, 5].max():.1f}) on {os.cpu_count()} cores"
         )
         rows = []
         for trend, start in (
             (growth, None),
             (rss, float(np.median(arr[:6, 2])) / MIB),
             (cpu, float(np.nanmedian(per_req_us[:6]))),
+            (server, float(np.median(arr[:6, 6])) / MIB),
         ):
             if trend is None:
                 continue
@@ -264,7 +312,10 @@ def real(seconds: float, rate: float, every_s: float = 10.0) -> None:
             )
         print(table(["metric", "slope", "99 % interval", "at start", "significant"], rows))
     finally:
-        shutil.rmtree(out, ignore_errors=True)
+        if keep:
+            print(f"run directory kept under {out}")
+        else:
+            shutil.rmtree(out, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,11 +323,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hours", type=float, default=24.0, help="synthetic run length")
     parser.add_argument("--rate", type=int, default=2000, help="requests/s")
     parser.add_argument("--keep", action="store_true", help="keep the synthetic run directory")
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        help="analyze this kept synthetic run (of --hours) instead of building",
+    )
     parser.add_argument("--skip-synthetic", action="store_true")
     parser.add_argument("--real", type=float, default=0.0, help="seconds of a real soak (0: none)")
+    parser.add_argument("--samples", type=Path, help="write the real soak's samples to this CSV")
     args = parser.parse_args(argv)
     if not args.skip_synthetic:
-        rows = synthetic(args.hours, args.rate, args.keep)
+        rows = synthetic(args.hours, args.rate, args.keep, args.reuse)
         print()
         print(
             table(
@@ -296,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     if args.real:
-        real(args.real, float(args.rate))
+        real(args.real, float(args.rate), samples_csv=args.samples, keep=args.keep)
     return 0
 
 

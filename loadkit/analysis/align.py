@@ -9,6 +9,8 @@ of smearing one big difference over them.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,6 +72,34 @@ def numeric(frame: pd.DataFrame, column: str) -> np.ndarray | None:
     return None if np.all(np.isnan(values)) else values
 
 
+def per_core_table(cells: Iterable[object]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-core lists (host.jsonl's `cpu_per_core_pct`) as a rows x cores table; and row lengths.
+
+    A cell that is not a list counts as no cores; a value that is not a finite
+    number (None, a string) is NaN; rows shorter than the widest (a core
+    went offline) are NaN-padded. Rows of one length (the usual case) are
+    converted by numpy at once: per row in Python, a 24 h host series at 5 Hz
+    took a minute.
+    """
+    rows = [c if isinstance(c, list | tuple) else () for c in cells]
+    lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    cores = int(lengths.max()) if len(rows) else 0
+    if cores and np.all(lengths == cores):
+        try:
+            table = np.array(rows, dtype=float)
+        except (TypeError, ValueError):  # a string among the numbers: value by value below
+            pass
+        else:
+            table[~np.isfinite(table)] = np.nan
+            return table, lengths
+    table = np.full((len(rows), cores), np.nan)
+    for i, row in enumerate(rows):
+        for j, v in enumerate(row):
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                table[i, j] = float(v)
+    return table, lengths
+
+
 def reduce_on_grid(
     grid: WindowGrid,
     t_ns: np.ndarray,
@@ -125,26 +155,25 @@ def counter_rate_on_grid(
         inc[np.asarray(breaks, dtype=bool)[ok]] = np.nan
     dt = np.diff(t)
     median_dt = float(np.median(dt)) if len(dt) else 0.0
-    amount = np.zeros(grid.n)
-    covered = np.zeros(grid.n)
-    edges = grid.starts_ns
-    for k in range(1, len(v)):
-        lo, hi = t[k - 1], t[k]
-        if (
-            np.isnan(inc[k])
-            or hi <= lo
-            or (median_dt > 0 and hi - lo > MAX_GAP_INTERVALS * median_dt)
-        ):
-            continue
-        first = max(0, int((lo - grid.start_ns) // grid.window_ns))
-        last = min(grid.n - 1, int((hi - 1 - grid.start_ns) // grid.window_ns))
-        for w in range(first, last + 1):
-            overlap = min(hi, edges[w] + grid.window_ns) - max(lo, edges[w])
-            if overlap <= 0:
-                continue
-            share = overlap / (hi - lo)
-            amount[w] += inc[k] * share
-            covered[w] += overlap
+    lo, hi, amounts = t[:-1], t[1:], inc[1:]
+    use = ~np.isnan(amounts) & (hi > lo)
+    if median_dt > 0:
+        use &= hi - lo <= MAX_GAP_INTERVALS * median_dt
+    lo, hi, amounts = lo[use], hi[use], amounts[use]
+    first = np.maximum(0, (lo - grid.start_ns) // grid.window_ns)
+    last = np.minimum(grid.n - 1, (hi - 1 - grid.start_ns) // grid.window_ns)
+    spans = np.maximum(0, last - first + 1)
+    # Every (interval, window) pair it overlaps, at once: a Python loop over the
+    # samples took ~10 s for a 24 h host series at 5 Hz.
+    k = np.repeat(np.arange(len(lo)), spans)
+    w = first[k] + np.arange(len(k)) - np.repeat(np.cumsum(spans) - spans, spans)
+    edge = grid.start_ns + w * grid.window_ns
+    overlap = np.minimum(hi[k], edge + grid.window_ns) - np.maximum(lo[k], edge)
+    pos = overlap > 0
+    k, w, overlap = k[pos], w[pos], overlap[pos]
+    share = overlap / (hi[k] - lo[k])
+    amount = np.bincount(w, weights=amounts[k] * share, minlength=grid.n)
+    covered = np.bincount(w, weights=overlap.astype(float), minlength=grid.n)
     has = covered > 0
     rate[has] = amount[has] / (covered[has] / NS)
     return rate, resets

@@ -58,19 +58,29 @@ def _rolling(values: np.ndarray, window: int, fn: str, quantile: float = 0.5) ->
     if fn == "median":
         out = roll.median() if quantile == 0.5 else roll.quantile(quantile)
         return np.array(out, dtype=float)
-    return _rolling_quiet_mad(np.asarray(values, dtype=float), window, max(1, window // 4))
+    stride = 1 if window <= EXACT_MAD_WINDOWS else window // MAD_STEPS_PER_WINDOW
+    return _rolling_quiet_mad(np.asarray(values, dtype=float), window, max(1, window // 4), stride)
 
 
-# Rows of the sliding-window matrix handled at once (x window values each).
-_MAD_CHUNK_ROWS = 16384
+# Values sorted at once, per chunk of windows (a chunk of 61-wide windows: 32,800 rows, 16 MB).
+_MAD_CHUNK_VALUES = 2_000_000
+# Windows up to this wide get their own quiet MAD; a wider one (periodicity's baseline
+# spans two candidate periods: up to 34,560 windows in a 24 h run) is computed every
+# window/MAD_STEPS_PER_WINDOW windows and held in between: the window then moves by
+# under 1/64 of itself, and sorting every one of 86,400 such windows took minutes
+# and gigabytes.
+EXACT_MAD_WINDOWS = 256
+MAD_STEPS_PER_WINDOW = 64
 
 
-def _rolling_quiet_mad(v: np.ndarray, window: int, min_periods: int) -> np.ndarray:
+def _rolling_quiet_mad(v: np.ndarray, window: int, min_periods: int, stride: int = 1) -> np.ndarray:
     """`_mad` over every full centered window, vectorized; NaN at the partial edge windows.
 
     The same values as `Series.rolling(window, center=True, min_periods).apply(_mad)`
     on every full window (tests/unit/analysis/test_episodes.py), ten times faster:
     pandas calls `_mad` once per window in Python (~20 s for a 24 h run at 1 s).
+    With `stride` > 1 only every stride-th window (and the last) is computed, and
+    each window takes the value of the last computed one at or before it.
     The edges are replaced by the nearest full window by the caller anyway.
     """
     n = len(v)
@@ -78,14 +88,22 @@ def _rolling_quiet_mad(v: np.ndarray, window: int, min_periods: int) -> np.ndarr
     if n < window:
         return out
     rows = np.lib.stride_tricks.sliding_window_view(v, window)
-    mads = np.full(len(rows), np.nan)
-    counts = np.count_nonzero(~np.isnan(rows), axis=1)
-    for a in range(0, len(rows), _MAD_CHUNK_ROWS):
+    n_rows = len(rows)
+    # Values present in each window, from a running count (not a pass over every window).
+    present = np.concatenate([[0], np.cumsum(~np.isnan(v))])
+    counts = present[window:] - present[:n_rows]
+    picked = np.arange(0, n_rows, max(1, stride))
+    if picked[-1] != n_rows - 1:
+        picked = np.append(picked, n_rows - 1)
+    mads = np.full(len(picked), np.nan)
+    step = max(1, _MAD_CHUNK_VALUES // window)
+    for a in range(0, len(picked), step):
         # Each window sorted once (NaNs last): its median m is the middle of its
         # k values, the values <= m are its first j, and the median of m - x over
         # them is m minus their middle (m - x falls as x rises).
-        ordered = np.sort(rows[a : a + _MAD_CHUNK_ROWS], axis=1)
-        k = counts[a : a + len(ordered)]
+        chosen = picked[a : a + step]
+        ordered = np.sort(rows[chosen], axis=1)
+        k = counts[chosen]
         has = k > 0
         r = np.flatnonzero(has)
         kk = k[has]
@@ -93,8 +111,9 @@ def _rolling_quiet_mad(v: np.ndarray, window: int, min_periods: int) -> np.ndarr
         j = np.count_nonzero(ordered[r] <= m[:, None], axis=1)
         quiet_mid = (ordered[r, (j - 1) // 2] + ordered[r, j // 2]) / 2
         mads[a + r] = m - quiet_mid
+    held = mads[np.searchsorted(picked, np.arange(n_rows), side="right") - 1]
     half = window // 2  # pandas' centered window for index i starts at i - window // 2
-    out[half : half + len(rows)] = np.where(counts >= min_periods, mads, np.nan)
+    out[half : half + n_rows] = np.where(counts >= min_periods, held, np.nan)
     return out
 
 

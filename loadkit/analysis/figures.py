@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from loadkit.analysis.align import WindowGrid, reduce_on_grid
+from loadkit.analysis.align import WindowGrid, per_core_table, reduce_on_grid
 from loadkit.analysis.attribution import baseline_mask
 from loadkit.analysis.causes import REGISTRY
 from loadkit.analysis.intervals import run_intervals
@@ -213,15 +213,10 @@ def cpu_per_core_windows(frame: pd.DataFrame, grid: WindowGrid) -> tuple[Series,
     """
     if frame.empty or "t_ns" not in frame.columns or "cpu_per_core_pct" not in frame.columns:
         return None
-    rows = [c if isinstance(c, list | tuple) else [] for c in frame["cpu_per_core_pct"]]
-    cores = max((len(r) for r in rows), default=0)
+    table, _ = per_core_table(frame["cpu_per_core_pct"])
+    cores = table.shape[1]
     if cores == 0:
         return None
-    table = np.full((len(rows), cores), np.nan)
-    for i, row in enumerate(rows):
-        for j, v in enumerate(row):
-            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-                table[i, j] = float(v)
     if not np.isfinite(table).any():
         return None
     t = frame["t_ns"].to_numpy(dtype=np.int64)

@@ -598,7 +598,10 @@ class Analysis:
         return from_jsonable(cls, data)
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1, allow_nan=False)
+        # Not indented: the json module's C encoder runs only without `indent`; the
+        # Python one took ~50 s for a 24 h run's per-window series (`python -m
+        # json.tool` shows the file indented).
+        return json.dumps(self.to_dict(), allow_nan=False, separators=(",", ":"))
 
     def save(self, path: str | Path) -> None:
         """Write atomically so a reader never sees half a file."""
@@ -631,6 +634,14 @@ T = TypeVar("T")
 
 def to_jsonable(value: Any) -> Any:
     """Dataclasses to dicts, tuples to lists, NaN/inf to None, numpy scalars to Python."""
+    kind = type(value)
+    # Most values are the floats of per-window series: the cheap checks first.
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is int or kind is str or value is None or kind is bool:
+        return value
+    if kind is tuple or kind is list:
+        return [to_jsonable(v) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):

@@ -21,6 +21,7 @@ from loadkit.analysis.align import (
     interval_rate_on_grid,
     interval_sum_on_grid,
     numeric,
+    per_core_table,
     reduce_on_grid,
 )
 from loadkit.analysis.model import BatchSizeMatrix
@@ -243,15 +244,13 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
     core_max = core_mean = busy = idle = nan
     has_per_core = "cpu_per_core_pct" in frame.columns
     if has_per_core:
-        rows = [
-            np.asarray(c, dtype=float) if isinstance(c, list) and c else np.array([np.nan])
-            for c in frame["cpu_per_core_pct"]
-        ]
-        with np.errstate(all="ignore"):
-            mx = np.array([np.nanmax(r) if not np.all(np.isnan(r)) else np.nan for r in rows])
-            mean = np.array([np.nanmean(r) if not np.all(np.isnan(r)) else np.nan for r in rows])
-            bf = np.array([np.mean(r >= BUSY_CORE_PCT) if r.size else np.nan for r in rows])
-            ic = np.array([float(np.sum(r < IDLE_CORE_PCT)) for r in rows])
+        table, lengths = per_core_table(frame["cpu_per_core_pct"])
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # rows without cores stay NaN
+            mx = np.nanmax(table, axis=1) if table.shape[1] else np.full(len(frame), np.nan)
+            mean = np.nanmean(table, axis=1) if table.shape[1] else np.full(len(frame), np.nan)
+            bf = np.sum(table >= BUSY_CORE_PCT, axis=1) / lengths
+            ic = np.sum(table < IDLE_CORE_PCT, axis=1).astype(float)
         ok = ~np.isnan(mx)
         has_per_core = bool(ok.any())
         bf[~ok] = np.nan

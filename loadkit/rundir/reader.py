@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.json as pa_json
 
 from loadkit.errors import RunFormatError
 from loadkit.rundir.hlog import IntervalHistogram, read_interval_log
@@ -195,6 +197,51 @@ def _numeric_array(values: list[Any]) -> np.ndarray | None:
     return None
 
 
+def _read_file_arrow(path: Path, keep: frozenset[str] | None) -> pd.DataFrame | None:
+    """A whole clean series file (plain or gzip) by pyarrow's JSON reader; None to read it row by row.
+
+    pyarrow parses in C++, 3-5x faster than `json.loads` (a 24 h run holds
+    3 M request-sample rows and 1.3 M telemetry rows). Any file it cannot take
+    whole (a torn or corrupted line, a segment cut short, a column whose type
+    changes) is None, so the tolerant row-by-row reader reads it and says what
+    it skipped. Objects come back as dicts of the keys each row had; lists as lists.
+    """
+    try:
+        table = pa_json.read_json(path)
+    except (pa.ArrowException, OSError, EOFError, zlib.error, ValueError):
+        return None
+    if keep is not None:
+        table = table.select([name for name in table.column_names if name in keep])
+    for field in table.schema:
+        kind = field.type
+        if not (
+            pa.types.is_integer(kind)
+            or pa.types.is_floating(kind)
+            or pa.types.is_boolean(kind)
+            or pa.types.is_string(kind)
+            or pa.types.is_null(kind)
+            or pa.types.is_struct(kind)
+            or (pa.types.is_list(kind) and pa.types.is_floating(kind.value_type))
+            or (pa.types.is_list(kind) and pa.types.is_integer(kind.value_type))
+        ):
+            return None  # nested lists, lists of objects: as json.loads gives them
+    frame = table.to_pandas()
+    for field in table.schema:
+        if pa.types.is_struct(field.type):
+            # pyarrow gives every row every key seen in the file (None where absent).
+            frame[field.name] = [
+                {k: v for k, v in d.items() if v is not None} if isinstance(d, dict) else d
+                for d in frame[field.name]
+            ]
+        elif pa.types.is_list(field.type):
+            frame[field.name] = [
+                c.tolist() if isinstance(c, np.ndarray) else c for c in frame[field.name]
+            ]
+        elif pa.types.is_null(field.type):
+            frame[field.name] = np.full(len(frame), np.nan)
+    return frame
+
+
 def _frame(df: pd.DataFrame) -> pd.DataFrame:
     if "t_ns" in df.columns:
         df["t_ns"] = pd.to_numeric(df["t_ns"], errors="coerce")
@@ -291,9 +338,23 @@ class Run:
         wanted = None if columns is None else list(dict.fromkeys(columns))
         # t_ns is always read: rows are dropped and sorted by it, whatever is kept.
         keep = None if wanted is None else frozenset([*wanted, "t_ns"])
-        gathered = _Columns(keep)
         add_process = process_column and (keep is None or "process" in keep)
+        parts: list[pd.DataFrame] = []
+        gathered: _Columns | None = None  # files the fast reader refused, row by row
         for process, file in files:
+            fast = _read_file_arrow(file, keep)
+            if fast is not None:
+                if gathered is not None:  # keep the files' order
+                    parts.append(gathered.frame())
+                    gathered = None
+                if add_process:
+                    if "process" not in fast.columns:
+                        fast["process"] = process
+                    else:
+                        fast["process"] = fast["process"].fillna(process)
+                parts.append(fast)
+                continue
+            gathered = gathered or _Columns(keep)
             warnings: list[str] = []
             for rows in iter_jsonl_chunks(file, warnings):
                 if add_process:
@@ -302,7 +363,18 @@ class Run:
                 gathered.add(rows)
             for msg in warnings:
                 self._warn_once(msg)
-        frame = _frame(gathered.frame())
+        if gathered is not None:
+            parts.append(gathered.frame())
+        parts = [p for p in parts if len(p.columns)]
+        if not parts:
+            merged = pd.DataFrame()
+        elif len(parts) == 1:
+            merged = parts[0]
+        else:
+            # A column one file lacked (or held only nulls in) is `object` after the
+            # concatenation; inferred again it is what one frame of all rows would hold.
+            merged = pd.concat(parts, ignore_index=True, sort=False).infer_objects()
+        frame = _frame(merged)
         if wanted is not None:
             frame = frame[[c for c in frame.columns if c in wanted]]
         return frame

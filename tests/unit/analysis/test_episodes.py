@@ -110,3 +110,19 @@ def test_vectorized_quiet_mad_equals_pandas_rolling_apply(window):
     np.testing.assert_allclose(got[full], expected[full], rtol=1e-12, atol=1e-12, equal_nan=True)
     if window < 60:  # a window inside the gap has no data: NaN
         assert np.isnan(got[700:760]).any()
+
+
+def test_strided_quiet_mad_of_a_wide_window_stays_close_to_the_exact_one():
+    from loadkit.analysis.episodes import MAD_STEPS_PER_WINDOW, _rolling_quiet_mad
+
+    rng = np.random.default_rng(7)
+    window = 1025
+    v = rng.lognormal(2.0, 0.4, 4_000) * (1 + 0.5 * np.sin(np.arange(4_000) / 1000))
+    v[rng.integers(0, v.size, 500)] = np.nan
+    exact = _rolling_quiet_mad(v, window, window // 4)
+    strided = _rolling_quiet_mad(v, window, window // 4, stride=window // MAD_STEPS_PER_WINDOW)
+    full = slice(window // 2, v.size - window // 2)
+    assert np.isnan(strided[full]).sum() == np.isnan(exact[full]).sum() == 0
+    # The window moved by under 1/64 of itself: the MAD changed by under 10 % (6 % here).
+    np.testing.assert_allclose(strided[full], exact[full], rtol=0.1)
+    assert not np.array_equal(strided[full], exact[full])  # it is strided, not exact
