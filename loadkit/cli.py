@@ -19,6 +19,7 @@ from loadkit.errors import EXIT_INTERRUPTED, LoadkitError
 COMMANDS: dict[str, str] = {
     "demo": "loadkit.commands.demo",
     "run": "loadkit.commands.run",
+    "worker": "loadkit.commands.worker",
     "scenarios": "loadkit.commands.scenarios",
     "target": "loadkit.commands.target",
     "watch": "loadkit.commands.watch",

@@ -38,6 +38,7 @@ examples:
       --set base_rate=50 --set multiplier=3 --duration 60
   loadkit run steps_to_knee --target 127.0.0.1:8001 --set protocol=grpc
   loadkit run soak --target http://127.0.0.1:8000 --workers 2
+  loadkit run soak --target http://10.0.0.7:8000 --master --expect-workers 4
   loadkit run soak --target http://127.0.0.1:8000 \\
       --abort-on "p99>80ms for 10s" --abort-on "errors>5% for 5s"
   loadkit run burst_2x --target http://127.0.0.1:8000 --abort-on slo
@@ -101,7 +102,43 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--duration", type=float, help="run length in seconds (overrides)")
     parser.add_argument(
-        "--workers", type=int, default=0, help="Locust worker processes (0: one local process)"
+        "--workers",
+        type=int,
+        default=0,
+        help="Locust worker processes on this machine (0: one local process)",
+    )
+    dist = parser.add_argument_group(
+        "many machines (workers run `loadkit worker --master-host THIS_HOST`)"
+    )
+    dist.add_argument(
+        "--master",
+        action="store_true",
+        help="be the master of workers on other machines; this machine writes the run",
+    )
+    dist.add_argument(
+        "--expect-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --master: start once N workers are connected",
+    )
+    dist.add_argument(
+        "--master-bind-host",
+        default="0.0.0.0",
+        help="with --master: the interface workers connect to (default all)",
+    )
+    dist.add_argument(
+        "--master-bind-port",
+        type=int,
+        default=5557,
+        help="with --master: the TCP port workers connect to (default 5557)",
+    )
+    dist.add_argument(
+        "--connect-wait",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="with --master: seconds to wait for the workers to connect (default 60)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed for arrivals and payloads")
     parser.add_argument("--out", default="reports", help="parent of the run directory")
@@ -235,6 +272,31 @@ def _stats_url(choice: str, target: str) -> str | None:
     return choice
 
 
+def _workers(args: argparse.Namespace) -> Any:
+    from loadkit.load.orchestrator import Workers
+
+    if not args.master:
+        if args.expect_workers:
+            raise UsageError("--expect-workers needs --master")
+        return Workers(local=args.workers)
+    if args.expect_workers <= 0:
+        raise UsageError(
+            "--master needs --expect-workers N (N >= 1)",
+            hint="how many `loadkit worker --master-host THIS_HOST` will connect",
+        )
+    if not 0 < args.master_bind_port <= 65535:
+        raise UsageError(f"--master-bind-port {args.master_bind_port}: not a TCP port")
+    workers = Workers(
+        local=args.workers,
+        expect=args.expect_workers,
+        bind_host=args.master_bind_host,
+        bind_port=args.master_bind_port,
+        connect_wait_s=args.connect_wait,
+    )
+    workers.check()
+    return workers
+
+
 def run(args: argparse.Namespace) -> int:
     from loadkit.load.catalog import resolve_scenario
     from loadkit.load.guard import check_syntax
@@ -246,6 +308,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--progress-every must be > 0, got {args.progress_every:g}")
     if args.serve_metrics is not None and not 0 <= args.serve_metrics <= 65535:
         raise UsageError(f"--serve-metrics {args.serve_metrics}: not a TCP port (0..65535)")
+    workers = _workers(args)
     scenario = resolve_scenario(args.scenario)
     params = {**parse_overrides(args.overrides), **request_overrides(args)}
     telemetry = TelemetryOptions(
@@ -259,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
         scenario,
         args.target,
         duration_s=args.duration,
-        workers=args.workers,
+        workers=workers,
         seed=args.seed,
         out_dir=args.out,
         params=params,

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import closing
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -55,8 +57,6 @@ from loadkit.load.scenario import (
     ENV_REQUEST_PLAN,
     ENV_RUN_DIR,
     ENV_SEED,
-    ENV_WORKER_COUNT,
-    ENV_WORKER_INDEX,
     manifest_scenario,
 )
 from loadkit.rundir import RunWriter
@@ -173,11 +173,70 @@ class _Telemetry:
 
 # --------------------------------------------------------------------- Locust processes
 @dataclass
+class Workers:
+    """Where the Locust workers come from.
+
+    `local` worker processes on this machine, or (`expect` > 0) workers on
+    other machines that connect to the master (`loadkit worker`). Both are one
+    path: every worker fetches the scenario file and the run's parameters from
+    the master and ships its records back to it; only the master, on this
+    machine, writes the run directory.
+    """
+
+    local: int = 0
+    expect: int = 0  # remote workers to wait for (`loadkit run --master --expect-workers N`)
+    bind_host: str = "127.0.0.1"
+    bind_port: int = 0  # 0: a free port (local workers only)
+    connect_wait_s: float = _START_GRACE_S
+
+    @property
+    def count(self) -> int:
+        return self.local + self.expect
+
+    def check(self) -> None:
+        if self.local < 0 or self.expect < 0:
+            raise UsageError(f"--workers must be >= 0, got {self.local}")
+        if not 0 <= self.bind_port <= 65535:
+            raise UsageError(f"--master-bind-port {self.bind_port}: not a TCP port (0..65535)")
+
+
+def worker_argv(master_host: str, master_port: int) -> list[str]:
+    """A Locust worker that gets everything from its master (`-f -`: the scenario file too)."""
+    return [
+        sys.executable,
+        "-m",
+        "locust",
+        "--worker",
+        "--master-host",
+        master_host,
+        "--master-port",
+        str(master_port),
+        "-f",
+        "-",
+        "--loglevel",
+        "WARNING",
+    ]
+
+
+def worker_environment(tmp_dir: Path) -> dict[str, str]:
+    """A worker's environment: none of the run's settings (they come from the master).
+
+    TMPDIR is the worker's own: Locust writes the scenario file it fetched there,
+    and two runs on one machine must not read each other's.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADKIT_")}
+    env.update(TMPDIR=str(tmp_dir), PYTHONUNBUFFERED="1")
+    return env
+
+
+@dataclass
 class LocustProcesses:
     """The Locust child processes of one run (local, or master + workers)."""
 
     procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     logs: list[IO[bytes]] = field(default_factory=list)
+    tmp_dirs: list[Path] = field(default_factory=list)
+    master_port: int | None = None
 
     @classmethod
     def launch(
@@ -186,7 +245,7 @@ class LocustProcesses:
         target_url: str,
         run_dir: Path,
         *,
-        workers: int,
+        workers: Workers,
         env: dict[str, str],
     ) -> LocustProcesses:
         base = [
@@ -205,26 +264,31 @@ class LocustProcesses:
         headless = ["--headless", "--only-summary"]
         self = cls()
         (run_dir / LOGS_DIR).mkdir(exist_ok=True)
-        if workers <= 0:
-            self._spawn("local", base + headless, run_dir, {**env, ENV_PROCESS: "local"})
+        if workers.count <= 0:
+            self._spawn(
+                "local", base + headless, run_dir, {**os.environ, **env, ENV_PROCESS: "local"}
+            )
             return self
-        port = _free_port()
+        port = workers.bind_port or _free_port()
+        self.master_port = port
         master_args = [
             "--master",
             "--expect-workers",
-            str(workers),
+            str(workers.count),
             "--expect-workers-max-wait",
-            str(int(_START_GRACE_S)),
+            str(int(workers.connect_wait_s)),
             "--master-bind-host",
-            "127.0.0.1",
+            workers.bind_host,
             "--master-bind-port",
             str(port),
         ]
-        self._spawn("master", base + headless + master_args, run_dir, env)
-        for i in range(workers):
-            worker_env = {**env, ENV_WORKER_INDEX: str(i), ENV_WORKER_COUNT: str(workers)}
-            worker_args = ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
-            self._spawn(f"worker-{i}", base + worker_args, run_dir, worker_env)
+        self._spawn("master", base + headless + master_args, run_dir, {**os.environ, **env})
+        for i in range(workers.local):
+            tmp = Path(tempfile.mkdtemp(prefix=f"loadkit-worker-{i}-"))
+            self.tmp_dirs.append(tmp)
+            self._spawn(
+                f"worker-{i}", worker_argv("127.0.0.1", port), run_dir, worker_environment(tmp)
+            )
         return self
 
     def _spawn(self, role: str, argv: list[str], run_dir: Path, env: dict[str, str]) -> None:
@@ -236,7 +300,8 @@ class LocustProcesses:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
+            env=env,
+            cwd=env.get("TMPDIR"),  # a worker runs in its own empty directory
             start_new_session=True,  # Ctrl-C reaches us only; we stop them in order
         )
         self.procs.append((role, proc))
@@ -256,6 +321,14 @@ class LocustProcesses:
                 except ProcessLookupError:
                     pass
 
+    def signal_main(self, sig: int) -> None:
+        """The master (or the one local process): it stops its workers and collects their rest."""
+        if self.main.poll() is None:
+            try:
+                os.kill(self.main.pid, sig)
+            except ProcessLookupError:
+                pass
+
     def wait_all(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         for _, proc in self.procs:
@@ -266,13 +339,15 @@ class LocustProcesses:
         return True
 
     def stop(self, grace_s: float, on_wait: Callable[[], None] | None = None) -> None:
-        """SIGINT (graceful Locust shutdown), then SIGKILL after `grace_s`.
+        """SIGINT to the master (graceful Locust shutdown), then SIGKILL after `grace_s`.
 
         SIGINT, not SIGTERM: a headless Locust running a shape class waits for
         the shape in a way that only KeyboardInterrupt leaves gracefully (its
         SIGTERM handler is installed after that wait, so SIGTERM kills it).
+        Only the master: it asks its workers for their last records, waits for
+        them, then tells them to quit.
         """
-        self.signal_all(signal.SIGINT)
+        self.signal_main(signal.SIGINT)
         deadline = time.monotonic() + grace_s
         try:
             while self.running() and time.monotonic() < deadline:
@@ -284,9 +359,11 @@ class LocustProcesses:
         self.signal_all(signal.SIGKILL)
         self.wait_all(_KILL_GRACE_S)
 
-    def close_logs(self) -> None:
+    def close(self) -> None:
         for log in self.logs:
             log.close()
+        for tmp in self.tmp_dirs:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def failure(self, run_dir: Path) -> str | None:
         """One line about a Locust process that failed, with the tail of its log."""
@@ -312,7 +389,7 @@ def _stop_on_breach(
 ) -> None:
     """An `--abort-on` condition held: record it, then stop the load as Ctrl-C does."""
     detected_ns = time.time_ns()
-    procs.signal_all(signal.SIGINT)  # first: the load stops now, the bookkeeping can wait
+    procs.signal_main(signal.SIGINT)  # first: the load stops now, the bookkeeping can wait
     abort = breach.to_manifest(detected_ns)
     abort["stop_sent_ns"] = time.time_ns()
     writer.update(abort=abort)
@@ -323,7 +400,359 @@ def _stop_on_breach(
         f"Aborting: {breach.message()}; stopping the load (requests in flight may finish).",
         file=sys.stderr,
     )
-    procs.stop(timeout_s + 2)
+    procs.stop(2 * timeout_s + 10)
+
+
+@dataclass
+class LiveOptions:
+    """What watches the run while it goes: progress line, callback, guard, endpoint."""
+
+    on_progress: Callable[[LiveSnapshot], None] | None = None
+    show_progress: bool = False
+    progress_every_s: float = 5.0
+    abort_on: Sequence[str | AbortCondition] = ()
+    serve_metrics: tuple[str, int] | None = None
+
+
+@dataclass
+class RunOptions:
+    """Everything about one run but the scenario and the target."""
+
+    duration_s: float | None = None
+    seed: int = 0
+    out_dir: str | os.PathLike[str] = "reports"
+    params: Mapping[str, Any] | None = None
+    run_id: str | None = None
+    workers: Workers = field(default_factory=Workers)
+    live: LiveOptions = field(default_factory=LiveOptions)
+    telemetry: TelemetryOptions | None = None
+    extra_manifest: Mapping[str, Any] | None = None
+    before_start: Callable[[RunWriter], None] | None = None
+    command_line: list[str] | None = None
+
+
+def distributed_manifest(run_dir: Path) -> dict[str, Any] | None:
+    """`manifest.distributed` from the master's `distributed` events (None: no workers)."""
+    from loadkit.rundir.layout import EVENTS_FILE
+
+    workers: list[dict[str, Any]] = []
+    lost: dict[str, dict[str, Any]] = {}
+    warn_ms: float | None = None
+    try:
+        lines = (run_dir / EVENTS_FILE).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get("kind") != "distributed":
+            continue
+        if row.get("name") == "workers":
+            workers = list(row.get("workers") or [])
+            warn_ms = row.get("clock_warn_ms")
+        elif row.get("name") == "worker-lost":
+            lost[str(row.get("worker"))] = {k: v for k, v in row.items() if k not in ("kind",)}
+    if not workers and not lost:
+        return None
+    for worker in workers:
+        if worker.get("lost") is None and worker["worker"] in lost:
+            worker["lost"] = lost[worker["worker"]]
+    clock_warnings = [
+        w["worker"]
+        for w in workers
+        if warn_ms is not None
+        and (w.get("clock") or {}).get("offset_ms") is not None
+        and abs(float(w["clock"]["offset_ms"])) > warn_ms
+    ]
+    return {
+        "workers": workers,
+        "lost": [w["lost"] for w in workers if w.get("lost")]
+        or [v for k, v in lost.items() if k not in {w["worker"] for w in workers}],
+        "clock_warn_ms": warn_ms,
+        "clock_warnings": clock_warnings,
+    }
+
+
+def _loss_notes(distributed: Mapping[str, Any], end_ns: int) -> list[str]:
+    """One line per lost worker and per clock beyond the bound, for the manifest's notes."""
+    notes = []
+    for loss in distributed.get("lost") or []:
+        since_ns = loss.get("last_interval_end_ns") or loss.get("detected_ns") or end_ns
+        missing_s = max(0.0, (end_ns - int(since_ns)) / 1e9)
+        rate = float(loss.get("offered_per_s") or 0.0)
+        loss["unsent_s"] = round(missing_s, 3)
+        loss["unsent_estimate"] = round(rate * missing_s)
+        at = time.strftime("%H:%M:%S", time.gmtime(int(since_ns) / 1e9))
+        notes.append(
+            f"lost {loss.get('worker')} at {at} UTC ({loss.get('why')}): "
+            f"{rate:g}/s of the offered rate went unsent for the last {missing_s:.0f} s "
+            f"(about {loss['unsent_estimate']} requests); its data up to then is kept"
+        )
+    for worker in distributed.get("workers") or []:
+        if worker["worker"] in (distributed.get("clock_warnings") or []):
+            offset = worker["clock"]["offset_ms"]
+            notes.append(
+                f"{worker['worker']}'s clock is {offset:+.1f} ms from the master's "
+                f"(over {distributed.get('clock_warn_ms'):g} ms): its records were shifted "
+                "by it, but check NTP on that machine"
+            )
+    return notes
+
+
+class LoadRun:
+    """One `loadkit run`, as a context manager: `with LoadRun(...) as run: run.wait()`.
+
+    Entering creates the run directory, starts the samplers and the Locust
+    processes; `wait()` watches the run (guard, progress, endpoint) until
+    Locust ends; leaving stops whatever still runs and finalizes the manifest
+    (`aborted` on Ctrl-C, an `--abort-on` breach or a Locust failure; then a
+    LoadkitError is raised after finalizing).
+    """
+
+    def __init__(
+        self,
+        scenario_path: str | os.PathLike[str],
+        target_url: str,
+        options: RunOptions | None = None,
+    ):
+        self.options = options or RunOptions()
+        self.scenario_path = resolve_scenario(scenario_path)
+        self.target_url = target_url
+        self.options.workers.check()
+        self.overrides = {k: v for k, v in (self.options.params or {}).items()}
+        live = self.options.live
+        check_syntax(a for a in live.abort_on if isinstance(a, str))
+        self.status = "complete"
+        self.failure: str | None = None
+        self.breach: Breach | None = None
+        self.procs: LocustProcesses | None = None
+        self.writer: RunWriter | None = None
+        self._stack = ExitStack()
+
+    @property
+    def run_dir(self) -> Path:
+        assert self.writer is not None, "enter the LoadRun first"
+        return self.writer.path
+
+    # --- entering -------------------------------------------------------
+    def __enter__(self) -> LoadRun:
+        try:
+            self._prepare()
+            self._start()
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)  # finalize what was started
+            raise
+        return self
+
+    def _prepare(self) -> None:
+        o = self.options
+        check_reachable(self.target_url)
+        # Describe the scenario and run the pre-flight (metadata, one request) in one child.
+        info = describe_scenario(
+            self.scenario_path,
+            self.overrides,
+            o.duration_s,
+            preflight_target=self.target_url,
+            seed=o.seed,
+        )
+        self.info = info
+        live = o.live
+        conditions = [a for a in live.abort_on if isinstance(a, AbortCondition)]
+        conditions += expand_conditions(
+            [a for a in live.abort_on if isinstance(a, str)], info.get("slo")
+        )
+        self.resolved_params: dict[str, Any] = info["params"]
+        preflight: dict[str, Any] = info["preflight"]
+        self.plan: dict[str, Any] = preflight["plan"]
+        environment = run_environment()
+        environment["server"] = preflight["server"]
+        self.endpoint = MetricsEndpoint(*live.serve_metrics) if live.serve_metrics else None
+        if self.endpoint is not None:
+            self._stack.callback(self.endpoint.close)
+        self.writer = writer = RunWriter.create(
+            out_dir=o.out_dir,
+            run_id=o.run_id,
+            kind="load",
+            scenario=manifest_scenario(
+                info, path=str(self.scenario_path), seed=o.seed, workers=o.workers.count
+            ),
+            target={
+                "url": self.target_url,
+                "protocol": self.resolved_params.get("protocol"),
+                "model": self.plan["model"],
+                "embedded": False,
+                "requests": _requests_manifest(self.plan, preflight.get("latency_ms")),
+            },
+            slo=info.get("slo"),
+            environment=environment,
+            command_line=o.command_line,
+        )
+        writer.update(abort_on=[c.text for c in conditions], abort=None)
+        if self.endpoint is not None:
+            writer.update(metrics_endpoint=self.endpoint.url)
+            self.endpoint.publish(
+                LiveRunReader(writer.path).snapshot(0.0, float(info["duration_s"])),
+                run_id=writer.manifest["run_id"],
+                scenario=info["name"],
+                target=self.target_url,
+            )
+            print(f"Serving live metrics at {self.endpoint.url}", file=sys.stderr)
+        if o.extra_manifest:
+            _merge_manifest(writer, o.extra_manifest)
+        self.printer = (
+            ProgressPrinter(plain_every_s=live.progress_every_s) if live.show_progress else None
+        )
+        self.guard = RunGuard(conditions)
+        self.reader = LiveRunReader(writer.path, keep_s=self.guard.longest_s + 15)
+        self.total_s = float(info["duration_s"])
+        self.started = time.monotonic()
+        self.timeout_s = float(self.resolved_params["timeout_s"])
+
+    def _start(self) -> None:
+        o = self.options
+        writer = self.writer
+        assert writer is not None
+        # SIGINT and SIGTERM raise KeyboardInterrupt while the run is in progress.
+        self._stack.enter_context(lifeline.stop_signals())
+        if o.before_start is not None:
+            o.before_start(writer)
+        self.telemetry = _Telemetry(o.telemetry)
+        self.telemetry.start(writer)
+        env = {
+            ENV_RUN_DIR: str(writer.path.resolve()),
+            ENV_PARAMS: json.dumps(self.overrides),
+            ENV_SEED: str(o.seed),
+            ENV_REQUEST_PLAN: json.dumps(self.plan),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if o.duration_s is not None:
+            env[ENV_DURATION] = str(o.duration_s)
+        self.procs = LocustProcesses.launch(
+            self.scenario_path, self.target_url, writer.path, workers=o.workers, env=env
+        )
+        if o.workers.expect:
+            print(
+                f"Waiting for {o.workers.expect} worker(s): on each machine run\n"
+                f"  loadkit worker --master-host <this host> --master-port {self.procs.master_port}",
+                file=sys.stderr,
+            )
+        self.started = time.monotonic()
+
+    # --- watching -------------------------------------------------------
+    def _refresh(self, final: bool = False) -> None:
+        """One snapshot for the endpoint, the callback and the progress line alike."""
+        live = self.options.live
+        if live.on_progress is None and self.printer is None and self.endpoint is None:
+            return
+        snapshot = self.reader.snapshot(time.monotonic() - self.started, self.total_s)
+        if self.endpoint is not None:
+            self.endpoint.publish(snapshot)
+        if live.on_progress is not None:
+            live.on_progress(snapshot)
+        if self.printer is not None:
+            self.printer.show(snapshot, force=final)
+
+    def wait(self) -> Path:
+        """Watch the run until Locust ends (or a guard condition holds); the run directory."""
+        procs = self.procs
+        assert procs is not None and self.writer is not None
+        live = bool(self.guard.conditions) or self.endpoint is not None
+        # The run is bounded: duration + start-up + graceful stop (the master waits for its
+        # workers' last records up to twice the request timeout).
+        connect = self.options.workers.connect_wait_s if self.options.workers.count else 0.0
+        deadline = self.started + self.total_s + _START_GRACE_S + connect + 2 * self.timeout_s + 40
+        last_report = 0.0
+        last_seen: int | None = None
+        while procs.main.poll() is None:
+            now = time.monotonic()
+            if live:
+                self.reader.poll()
+                self.breach = self.guard.check(self.reader)
+                if self.breach is not None:
+                    break
+            newest = self.reader.last_complete_interval()
+            if now - last_report >= 1.0 or newest != last_seen:
+                self._refresh()
+                last_report, last_seen = now, newest
+            if now > deadline:
+                self.failure = (
+                    f"Locust did not finish within {deadline - self.started:.0f} s; stopped it"
+                )
+                break
+            time.sleep(_POLL_S)
+        if self.breach is not None:
+            self.status = "aborted"
+            _stop_on_breach(self.writer, procs, self.breach, self.printer, self.timeout_s)
+        else:
+            if self.failure is None:
+                self.failure = procs.failure(self.writer.path)
+            # The master exits first; its workers follow after their graceful stop.
+            if not procs.wait_all(self.timeout_s + 5):
+                procs.stop(_KILL_GRACE_S)
+        return self.writer.path
+
+    # --- leaving --------------------------------------------------------
+    def _interrupted(self) -> None:
+        assert self.writer is not None
+        self.status = "aborted"
+        if self.printer is not None:
+            self.printer.finish()
+        print(
+            "Stopping: requests in flight may finish (Ctrl-C again to kill); data is kept.",
+            file=sys.stderr,
+        )
+        if self.procs is not None:
+            self.procs.stop(2 * self.timeout_s + 10)
+        self.writer.event("note", "interrupted", message="run stopped by SIGINT (Ctrl-C)")
+        if self.writer.manifest.get("abort") is None:
+            self.writer.update(abort={"by": "interrupt", "t_ns": time.time_ns()})
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        """Finalize; a Ctrl-C ends here (the run is `aborted`, its data kept)."""
+        writer = self.writer
+        interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        try:
+            if writer is None:
+                return False
+            if interrupted:
+                self._interrupted()
+            self._finish(writer)
+        finally:
+            self._stack.close()
+        if exc_type is None and self.failure is not None:
+            raise LoadkitError(
+                self.failure, hint=f"see {writer.path / LOGS_DIR}/ for the Locust logs"
+            )
+        return interrupted
+
+    def _finish(self, writer: RunWriter) -> None:
+        procs = self.procs
+        if procs is not None and procs.running():
+            procs.stop(_KILL_GRACE_S)
+        if procs is not None:
+            procs.close()
+        try:
+            telemetry = getattr(self, "telemetry", None)
+            if telemetry is not None:
+                telemetry.stop(writer)
+        finally:
+            distributed = distributed_manifest(writer.path)
+            if distributed is not None:
+                for note in _loss_notes(distributed, time.time_ns()):
+                    writer.add_note(note)
+                    print(f"WARNING: {note}", file=sys.stderr)
+                writer.update(distributed=distributed)
+            if self.failure is not None:
+                self.status = "aborted"
+                writer.add_note(self.failure)
+                writer.event("error", "locust", source="locust", message=self.failure)
+            if hasattr(self, "reader"):
+                self._refresh(final=True)
+            if getattr(self, "printer", None) is not None:
+                self.printer.finish()  # type: ignore[union-attr]
+            writer.finalize(self.status)
 
 
 def run_scenario(
@@ -331,7 +760,7 @@ def run_scenario(
     target_url: str,
     *,
     duration_s: float | None = None,
-    workers: int = 0,
+    workers: int | Workers = 0,
     seed: int = 0,
     out_dir: str | os.PathLike[str] = "reports",
     params: Mapping[str, Any] | None = None,
@@ -346,167 +775,29 @@ def run_scenario(
     telemetry: TelemetryOptions | None = None,
     command_line: list[str] | None = None,
 ) -> Path:
-    """Run one scenario against `target_url`; return the run directory.
+    """Run one scenario against `target_url`; return the run directory (see `LoadRun`).
 
-    The manifest ends `complete`, or `aborted` when interrupted (Ctrl-C /
-    KeyboardInterrupt), when an `abort_on` condition held (the manifest's
-    `abort` names it; this function then returns normally, data kept) or when
-    Locust failed (then a LoadkitError is raised after finalizing).
+    Keyword arguments for scripts and benchmarks; `LoadRun` with `RunOptions` is the object.
     """
-    scenario_path = resolve_scenario(scenario_path)
-    if workers < 0:
-        raise UsageError(f"--workers must be >= 0, got {workers}")
-    overrides = {k: v for k, v in (params or {}).items()}
-    check_syntax(a for a in abort_on if isinstance(a, str))
-    check_reachable(target_url)
-    # Describe the scenario and run the pre-flight (metadata, one request) in one child.
-    info = describe_scenario(
-        scenario_path, overrides, duration_s, preflight_target=target_url, seed=seed
+    options = RunOptions(
+        duration_s=duration_s,
+        seed=seed,
+        out_dir=out_dir,
+        params=params,
+        run_id=run_id,
+        workers=workers if isinstance(workers, Workers) else Workers(local=workers),
+        live=LiveOptions(
+            on_progress=on_progress,
+            show_progress=show_progress,
+            progress_every_s=progress_every_s,
+            abort_on=abort_on,
+            serve_metrics=serve_metrics,
+        ),
+        telemetry=telemetry,
+        extra_manifest=extra_manifest,
+        before_start=before_start,
+        command_line=command_line,
     )
-    conditions = [a for a in abort_on if isinstance(a, AbortCondition)]
-    conditions += expand_conditions([a for a in abort_on if isinstance(a, str)], info.get("slo"))
-    resolved_params: dict[str, Any] = info["params"]
-    preflight: dict[str, Any] = info["preflight"]
-    plan: dict[str, Any] = preflight["plan"]
-    environment = run_environment()
-    environment["server"] = preflight["server"]
-    endpoint = MetricsEndpoint(*serve_metrics) if serve_metrics is not None else None
-    try:
-        writer = RunWriter.create(
-            out_dir=out_dir,
-            run_id=run_id,
-            kind="load",
-            scenario=manifest_scenario(info, path=str(scenario_path), seed=seed, workers=workers),
-            target={
-                "url": target_url,
-                "protocol": resolved_params.get("protocol"),
-                "model": plan["model"],
-                "embedded": False,
-                "requests": _requests_manifest(plan, preflight.get("latency_ms")),
-            },
-            slo=info.get("slo"),
-            environment=environment,
-            command_line=command_line,
-        )
-    except BaseException:
-        if endpoint is not None:
-            endpoint.close()
-        raise
-    writer.update(abort_on=[c.text for c in conditions], abort=None)
-    if endpoint is not None:
-        writer.update(metrics_endpoint=endpoint.url)
-        endpoint.publish(
-            LiveRunReader(writer.path).snapshot(0.0, float(info["duration_s"])),
-            run_id=writer.manifest["run_id"],
-            scenario=info["name"],
-            target=target_url,
-        )
-        print(f"Serving live metrics at {endpoint.url}", file=sys.stderr)
-    if extra_manifest:
-        _merge_manifest(writer, extra_manifest)
-    run_dir = writer.path
-    telemetry_hook = _Telemetry(telemetry)
-    procs: LocustProcesses | None = None
-    status = "complete"
-    failure: str | None = None
-    printer = ProgressPrinter(plain_every_s=progress_every_s) if show_progress else None
-    guard = RunGuard(conditions)
-    reader = LiveRunReader(run_dir, keep_s=guard.longest_s + 15)
-    breach: Breach | None = None
-    total_s = float(info["duration_s"])
-    started = time.monotonic()
-    live = bool(guard.conditions) or endpoint is not None
-
-    def refresh(final: bool = False) -> None:
-        """One snapshot for the endpoint, the callback and the progress line alike."""
-        if on_progress is None and printer is None and endpoint is None:
-            return
-        snapshot = reader.snapshot(time.monotonic() - started, total_s)
-        if endpoint is not None:
-            endpoint.publish(snapshot)
-        if on_progress is not None:
-            on_progress(snapshot)
-        if printer is not None:
-            printer.show(snapshot, force=final)
-
-    # SIGINT and SIGTERM raise KeyboardInterrupt while the run is in progress.
-    stop_signals = lifeline.stop_signals()
-    stop_signals.__enter__()
-    try:
-        if before_start is not None:
-            before_start(writer)
-        telemetry_hook.start(writer)
-        env = {
-            ENV_RUN_DIR: str(run_dir.resolve()),
-            ENV_PARAMS: json.dumps(overrides),
-            ENV_SEED: str(seed),
-            ENV_REQUEST_PLAN: json.dumps(plan),
-            "PYTHONUNBUFFERED": "1",
-        }
-        if duration_s is not None:
-            env[ENV_DURATION] = str(duration_s)
-        procs = LocustProcesses.launch(scenario_path, target_url, run_dir, workers=workers, env=env)
-        started = time.monotonic()
-        # The run is bounded: duration + start-up + graceful stop.
-        deadline = started + total_s + _START_GRACE_S + float(resolved_params["timeout_s"]) + 30
-        last_report = 0.0
-        last_seen: int | None = None
-        while procs.main.poll() is None:
-            now = time.monotonic()
-            if live:
-                reader.poll()
-                breach = guard.check(reader)
-                if breach is not None:
-                    break
-            newest = reader.last_complete_interval()
-            if now - last_report >= 1.0 or newest != last_seen:
-                refresh()
-                last_report, last_seen = now, newest
-            if now > deadline:
-                failure = f"Locust did not finish within {deadline - started:.0f} s; stopped it"
-                break
-            time.sleep(_POLL_S)
-        if breach is not None:
-            status = "aborted"
-            _stop_on_breach(writer, procs, breach, printer, float(resolved_params["timeout_s"]))
-        else:
-            if failure is None:
-                failure = procs.failure(run_dir)
-            # The master exits first; its workers follow after their graceful stop.
-            if not procs.wait_all(float(resolved_params["timeout_s"]) + 5):
-                procs.stop(_KILL_GRACE_S)
-    except KeyboardInterrupt:
-        status = "aborted"
-        if printer is not None:
-            printer.finish()
-        print(
-            "Stopping: requests in flight may finish (Ctrl-C again to kill); data is kept.",
-            file=sys.stderr,
-        )
-        if procs is not None:
-            procs.stop(float(resolved_params["timeout_s"]) + 2)
-        writer.event("note", "interrupted", message="run stopped by SIGINT (Ctrl-C)")
-        if writer.manifest.get("abort") is None:
-            writer.update(abort={"by": "interrupt", "t_ns": time.time_ns()})
-    finally:
-        if procs is not None and procs.running():
-            procs.stop(_KILL_GRACE_S)
-        if procs is not None:
-            procs.close_logs()
-        try:
-            telemetry_hook.stop(writer)
-        finally:
-            if failure is not None:
-                status = "aborted"
-                writer.add_note(failure)
-                writer.event("error", "locust", source="locust", message=failure)
-            refresh(final=True)
-            if printer is not None:
-                printer.finish()
-            writer.finalize(status)
-            stop_signals.__exit__(None, None, None)
-            if endpoint is not None:
-                endpoint.close()
-    if failure is not None:
-        raise LoadkitError(failure, hint=f"see {run_dir / LOGS_DIR}/ for the Locust logs")
-    return run_dir
+    with LoadRun(scenario_path, target_url, options) as run:
+        run.wait()
+    return run.run_dir

@@ -8,6 +8,11 @@ histogram (from the actual send), load counters and a bounded request
 sample. `tick()` writes every interval that has ended; `close()` writes the
 rest, so a stopped run loses nothing it recorded.
 
+Where the records go is a `RecordSink`: `FileSink` writes one process's files
+into the run directory (a local process, and the master for each worker);
+a Locust worker's sink ships them to the master instead (`channel.py`), so a
+worker needs no view of the run directory.
+
 Only successful requests enter the latency histograms; failures are counted
 by kind in `load/<process>.jsonl`, and the first few distinct messages of
 each kind (the server's own words) go to `events.jsonl` as `server_error`
@@ -29,7 +34,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hdrh.histogram import HdrHistogram
 
@@ -61,6 +66,82 @@ def reservoir_size(elapsed_s: float, full_size: int = DEFAULT_SAMPLE_SIZE) -> in
 GAP_RECORDED_NS = 50_000_000
 # Sample rows written between two pauses of `tick` (~0.5 ms of JSON encoding).
 _ROWS_PER_PAUSE = 25
+
+
+class RecordSink(Protocol):
+    """Where one process's per-interval records go (files, or the master)."""
+
+    def histogram(self, tag: str, start_ns: int, end_ns: int, histogram: HdrHistogram) -> None: ...
+    def load(self, row: dict[str, Any]) -> None: ...
+    def request(self, row: dict[str, Any]) -> None: ...
+    def event(self, kind: str, name: str, **attrs: Any) -> None: ...
+    def interval_done(self) -> None:
+        """One interval's records are all given: histograms, load rows, requests."""
+
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class FileSink:
+    """One process's files in the run directory (docs/run-format.md)."""
+
+    def __init__(self, run_dir: str | Path, process: str):
+        self.run_dir = Path(run_dir)
+        self.process = process
+        self._hlog: IntervalLogWriter | None = None
+        self._hlog_dirty = False
+        self._load = JsonlWriter(self.run_dir / LOAD_DIR / f"{process}.jsonl")
+        self._requests = JsonlWriter(
+            self.run_dir / REQUESTS_DIR / f"{process}.jsonl", segment_s=SEGMENT_S
+        )
+
+    def histogram(self, tag: str, start_ns: int, end_ns: int, histogram: HdrHistogram) -> None:
+        if self._hlog is None:
+            self._hlog = IntervalLogWriter(
+                self.run_dir / LATENCY_DIR / f"{self.process}.hlog", base_time_ns=start_ns
+            )
+        self._hlog.write(tag, start_ns, end_ns, histogram)
+        self._hlog_dirty = True
+
+    def histogram_encoded(
+        self, tag: str, start_ns: int, end_ns: int, max_us: int, payload: str
+    ) -> None:
+        """A histogram as another process encoded it (no decode/re-encode on the master)."""
+        if self._hlog is None:
+            self._hlog = IntervalLogWriter(
+                self.run_dir / LATENCY_DIR / f"{self.process}.hlog", base_time_ns=start_ns
+            )
+        self._hlog.write_encoded(tag, start_ns, end_ns, max_us, payload)
+        self._hlog_dirty = True
+
+    def load(self, row: dict[str, Any]) -> None:
+        # Histograms before the load rows that announce them: a live reader that
+        # sees an interval's load rows (docs/run-format.md) has its histograms.
+        if self._hlog is not None and self._hlog_dirty:
+            self._hlog.flush()
+            self._hlog_dirty = False
+        self._load.write(row)
+
+    def request(self, row: dict[str, Any]) -> None:
+        self._requests.write(row)
+
+    def event(self, kind: str, name: str, **attrs: Any) -> None:
+        append_event(self.run_dir, kind, name, **attrs)
+
+    def interval_done(self) -> None:
+        pass
+
+    def flush(self) -> None:
+        if self._hlog is not None:  # histograms before the load rows that announce them
+            self._hlog.flush()
+        self._requests.flush()
+        self._load.flush()
+
+    def close(self) -> None:
+        self._load.close()
+        self._requests.close()
+        if self._hlog is not None:
+            self._hlog.close()
 
 
 @dataclass
@@ -117,6 +198,7 @@ class LatencyRecorder:
         sample_size: int = DEFAULT_SAMPLE_SIZE,
         slowest_kept: int = DEFAULT_SLOWEST_KEPT,
         seed: int = 0,
+        sink: RecordSink | None = None,
     ):
         self.run_dir = Path(run_dir)
         self.process = process
@@ -124,11 +206,9 @@ class LatencyRecorder:
         self._sample_size = sample_size
         self._slowest_kept = slowest_kept
         self._rng = random.Random(f"{seed}:{process}")
-        self._hlog: IntervalLogWriter | None = None
-        self._load = JsonlWriter(self.run_dir / LOAD_DIR / f"{process}.jsonl")
-        self._requests = JsonlWriter(
-            self.run_dir / REQUESTS_DIR / f"{process}.jsonl", segment_s=SEGMENT_S
-        )
+        self.sink: RecordSink = sink if sink is not None else FileSink(self.run_dir, process)
+        # Added to every timestamp given: a worker records in its master's clock (channel.py).
+        self.clock_offset_ns = 0
         # interval index -> name -> counters; histograms are per name, reused.
         self._intervals: dict[int, dict[str, _NameInterval]] = {}
         self._hists: dict[tuple[int, str, str], HdrHistogram] = {}
@@ -144,6 +224,17 @@ class LatencyRecorder:
         self.closed = False
         self.totals: Counter[str] = Counter()
         self.messages: dict[str, list[str]] = {}  # error kind -> first distinct messages
+
+    def align_clock(self, offset_ns: int) -> bool:
+        """Record in a clock `offset_ns` ahead of ours; only before the first record.
+
+        Fixed once: a request started in one clock and completed in another would
+        leave its in-flight entry behind. Returns whether the offset was applied.
+        """
+        if self._first_open is not None or self.in_flight:
+            return False
+        self.clock_offset_ns = int(offset_ns)
+        return True
 
     # --- recording ------------------------------------------------------
     def _bucket(self, t_ns: int) -> int:
@@ -173,6 +264,7 @@ class LatencyRecorder:
 
     def offered(self, name: str, intended_ns: int, dispatch_lag_ns: int = 0) -> None:
         """An arrival was scheduled (open model) at its intended time."""
+        intended_ns += self.clock_offset_ns
         _, slot = self._slot(name, intended_ns)
         slot.offered += 1
         slot.dispatch_lag_max_ns = max(slot.dispatch_lag_max_ns, dispatch_lag_ns)
@@ -180,7 +272,7 @@ class LatencyRecorder:
 
     def dropped(self, name: str, now_ns: int | None = None) -> None:
         """An arrival found no free user within the bound and was never sent."""
-        _, slot = self._slot(name, self._clock_ns() if now_ns is None else now_ns)
+        _, slot = self._slot(name, self._now() if now_ns is None else now_ns + self.clock_offset_ns)
         slot.dropped += 1
         self.totals["dropped"] += 1
 
@@ -191,6 +283,9 @@ class LatencyRecorder:
         closed_model: bool = False,
         intended_ns: int | None = None,
     ) -> None:
+        sent_ns += self.clock_offset_ns
+        if intended_ns is not None:
+            intended_ns += self.clock_offset_ns
         _, slot = self._slot(name, sent_ns)
         slot.started += 1
         if closed_model:  # the closed model offers what it starts
@@ -216,6 +311,8 @@ class LatencyRecorder:
         error_message: str | None = None,
     ) -> None:
         """A request finished (successfully or not); call once per `started`."""
+        offset = self.clock_offset_ns
+        intended_ns, sent_ns, done_ns = intended_ns + offset, sent_ns + offset, done_ns + offset
         self.in_flight = max(0, self.in_flight - 1)
         pending = self._in_flight_intended.get(name)
         if pending is not None:
@@ -258,9 +355,7 @@ class LatencyRecorder:
         if len(kept) >= MESSAGES_PER_KIND or message in kept:
             return
         kept.append(message)
-        append_event(
-            self.run_dir, "server_error", kind, t_ns=t_ns, message=message, process=self.process
-        )
+        self.sink.event("server_error", kind, t_ns=t_ns, message=message, process=self.process)
 
     def _sample(self, slot: _NameInterval, sample: _Sample) -> None:
         slot.seen += 1
@@ -279,6 +374,9 @@ class LatencyRecorder:
                 heapq.heapreplace(slot.slowest, entry)
 
     # --- writing --------------------------------------------------------
+    def _now(self) -> int:
+        return self._clock_ns() + self.clock_offset_ns
+
     def tick(self, now_ns: int | None = None, pause: Callable[[], None] | None = None) -> None:
         """Write every interval that ended before `now_ns`, then flush.
 
@@ -288,7 +386,9 @@ class LatencyRecorder:
         would otherwise wait in the event loop and be timed that much slower.
         What is recorded meanwhile goes into the next interval.
         """
-        now_ns = self._clock_ns() if now_ns is None else now_ns
+        self._tick_at(self._now() if now_ns is None else now_ns + self.clock_offset_ns, pause)
+
+    def _tick_at(self, now_ns: int, pause: Callable[[], None] | None = None) -> None:
         current = now_ns // INTERVAL_NS
         while self._first_open is not None and self._first_open < current:
             index = self._first_open
@@ -300,8 +400,8 @@ class LatencyRecorder:
         """Write all intervals, the current one as a partial interval; idempotent."""
         if self.closed:
             return
-        now_ns = self._clock_ns() if now_ns is None else now_ns
-        self.tick(now_ns)
+        now_ns = self._now() if now_ns is None else now_ns + self.clock_offset_ns
+        self._tick_at(now_ns)
         last = max(self._intervals, default=None)
         while self._first_open is not None and last is not None and self._first_open <= last:
             start = self._first_open * INTERVAL_NS
@@ -309,23 +409,10 @@ class LatencyRecorder:
             self._write_interval(self._first_open, length)
             self._first_open += 1
         self.closed = True
-        self._load.close()
-        self._requests.close()
-        if self._hlog is not None:
-            self._hlog.close()
+        self.sink.close()
 
     def flush(self) -> None:
-        if self._hlog is not None:  # histograms before the load rows that announce them
-            self._hlog.flush()
-        self._requests.flush()
-        self._load.flush()
-
-    def _hlog_writer(self, base_ns: int) -> IntervalLogWriter:
-        if self._hlog is None:
-            self._hlog = IntervalLogWriter(
-                self.run_dir / LATENCY_DIR / f"{self.process}.hlog", base_time_ns=base_ns
-            )
-        return self._hlog
+        self.sink.flush()
 
     def _pending_histogram(self, name: str, end_ns: int) -> HdrHistogram | None:
         """Ages at `end_ns` of the requests still in flight then (a lower bound of their latency)."""
@@ -356,19 +443,16 @@ class LatencyRecorder:
             for kind in ("corrected", "service")
         ]
         hists += [(f"pending:{name}", self._pending_histogram(name, end_ns)) for name in names]
-        # Histograms first, flushed before the interval's load rows are written: a live
-        # reader that sees an interval's load rows (docs/run-format.md) has its histograms.
+        # Histograms first: a live reader that sees an interval's load rows has its histograms.
         for tag, hist in hists:
             if hist is not None and hist.get_total_count() > 0:
-                self._hlog_writer(start_ns).write(tag, start_ns, end_ns, hist)
+                self.sink.histogram(tag, start_ns, end_ns, hist)
                 if pause is not None:
                     pause()
-        if self._hlog is not None:
-            self._hlog.flush()
         written = 0
         for name in names:
             slot = by_name.get(name) or _NameInterval()
-            self._load.write(
+            self.sink.load(
                 {
                     "t_ns": start_ns,
                     "interval_ns": length_ns,
@@ -394,7 +478,8 @@ class LatencyRecorder:
                 if id(sample) not in kept
             ]
             for row in rows:
-                self._requests.write(row)
+                self.sink.request(row)
                 written += 1
                 if pause is not None and written % _ROWS_PER_PAUSE == 0:
                     pause()
+        self.sink.interval_done()

@@ -27,6 +27,7 @@ class RunSummary:
     error_kinds: dict[str, int] = field(default_factory=dict)
     error_messages: dict[str, list[str]] = field(default_factory=dict)  # the server's words
     abort: dict[str, Any] | None = None  # the manifest's `abort` (an --abort-on condition, Ctrl-C)
+    lost_workers: list[dict[str, Any]] = field(default_factory=list)  # manifest.distributed.lost
 
     @property
     def achieved_per_s(self) -> float:
@@ -53,6 +54,12 @@ class RunSummary:
                 f"  corrected {fmt(self.corrected_ms)}",
                 f"  service   {fmt(self.service_ms)}",
                 *said,
+                *(
+                    f"  lost      {w.get('worker')}: {float(w.get('offered_per_s') or 0):g}/s"
+                    f" unsent for the last {float(w.get('unsent_s') or 0):.0f} s"
+                    f" (~{w.get('unsent_estimate', 0)} requests; {w.get('why')})"
+                    for w in self.lost_workers
+                ),
                 *(
                     [f"  aborted   {self.abort['message']}"]
                     if self.abort and self.abort.get("message")
@@ -100,5 +107,6 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
         error_kinds=kinds,
         error_messages=run.error_messages(),
         abort=run.manifest.get("abort"),
+        lost_workers=list((run.manifest.get("distributed") or {}).get("lost") or []),
         **totals,
     )

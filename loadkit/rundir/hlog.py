@@ -67,14 +67,22 @@ class IntervalLogWriter:
         self._file.flush()
 
     def write(self, tag: str, start_ns: int, end_ns: int, histogram: HdrHistogram) -> None:
+        payload = histogram.encode().decode("ascii")
+        self.write_encoded(tag, start_ns, end_ns, histogram.get_max_value(), payload)
+
+    def write_encoded(
+        self, tag: str, start_ns: int, end_ns: int, max_us: int, payload: str
+    ) -> None:
+        """An interval whose histogram is already encoded (a worker's, received by the master)."""
         if self._file is None:
             raise ValueError(f"{self.path} is closed")
         if "," in tag or " " in tag:
             raise ValueError(f"histogram tag may not contain commas or spaces: {tag!r}")
+        if "," in payload or "\n" in payload:
+            raise ValueError("an encoded histogram may not contain commas or newlines")
         start_s = (start_ns - self._base_ns) / 1e9
         length_s = (end_ns - start_ns) / 1e9
-        max_ms = histogram.get_max_value() / 1000.0
-        payload = histogram.encode().decode("ascii")
+        max_ms = max_us / 1000.0
         self._file.write(f"Tag={tag},{start_s:.3f},{length_s:.3f},{max_ms:.3f},{payload}\n")
 
     def flush(self) -> None:

@@ -219,6 +219,7 @@ class Manifest:
     notes: tuple[str, ...]
     abort_on: tuple[str, ...]
     abort: dict[str, Any] | None
+    distributed: dict[str, Any] | None = None  # Locust workers: clocks, losses
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Manifest:
@@ -243,6 +244,7 @@ class Manifest:
             notes=tuple(str(n) for n in _list(raw.get("notes"))),
             abort_on=tuple(str(c) for c in _list(raw.get("abort_on"))),
             abort=dict(abort) if isinstance(abort, Mapping) else None,
+            distributed=dict(d) if isinstance(d := raw.get("distributed"), Mapping) else None,
         )
 
     @property
