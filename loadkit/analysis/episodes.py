@@ -229,7 +229,12 @@ def iterative_baseline(
         quiet = np.where(hot, np.nan, v)
         if np.count_nonzero(~np.isnan(quiet)) < max(3, len(v) // 10):
             break  # almost everything is hot: keep the last baseline
-        baseline = robust_baseline(quiet, window)
+        candidate = robust_baseline(quiet, window)
+        if np.any(np.isnan(candidate.median) & ~np.isnan(v)):
+            # Too few quiet windows left in some baseline span (a wide sawtooth):
+            # a baseline with holes would hide every spike in them; keep the last.
+            break
+        baseline = candidate
     return used, hot
 
 

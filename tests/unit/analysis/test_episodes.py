@@ -1,11 +1,15 @@
+from math import nan
+
 import numpy as np
 import pytest
 
 from loadkit.analysis.align import NS
 from loadkit.analysis.episodes import (
     MIN_SCALE_MS,
+    baseline_windows_for,
     find_episodes,
     hot_runs,
+    iterative_baseline,
     robust_baseline,
 )
 
@@ -126,3 +130,117 @@ def test_strided_quiet_mad_of_a_wide_window_stays_close_to_the_exact_one():
     # The window moved by under 1/64 of itself: the MAD changed by under 10 % (6 % here).
     np.testing.assert_allclose(strided[full], exact[full], rtol=0.1)
     assert not np.array_equal(strided[full], exact[full])  # it is strided, not exact
+
+
+# The demo's P99 (ms per 1 s window) from a quiet-host run in which the baseline collapsed.
+DEMO_P99_MS = [
+    nan,
+    87.2,
+    76.2,
+    15.1,
+    14.1,
+    19.0,
+    26.2,
+    42.6,
+    16.3,
+    14.7,
+    16.2,
+    15.1,
+    18.4,
+    29.6,
+    41.8,
+    42.0,
+    40.7,
+    38.8,
+    19.3,
+    15.2,
+    17.6,
+    19.2,
+    42.1,
+    41.0,
+    45.2,
+    44.0,
+    45.7,
+    43.7,
+    25.7,
+    26.8,
+    32.4,
+    28.3,
+    30.7,
+    47.9,
+    54.3,
+    53.9,
+    75.3,
+    58.0,
+    33.5,
+    37.3,
+    40.7,
+    40.0,
+    35.9,
+    58.0,
+    68.7,
+    64.9,
+    50.3,
+    51.6,
+    30.9,
+    33.0,
+    35.2,
+    35.3,
+    30.1,
+    39.8,
+    43.4,
+    42.6,
+    43.5,
+    41.9,
+    22.8,
+    22.4,
+    15.0,
+    16.0,
+    16.3,
+    36.8,
+    47.2,
+    41.9,
+    42.1,
+    38.7,
+    14.0,
+    19.6,
+    19.5,
+    15.9,
+    19.3,
+    15.4,
+    44.5,
+    44.1,
+    45.7,
+    43.7,
+    14.1,
+    14.2,
+    20.3,
+    16.1,
+    19.9,
+    34.9,
+    45.0,
+    45.9,
+    42.1,
+    38.8,
+    20.3,
+    22.4,
+    22.1,
+    nan,
+    nan,
+    nan,
+    nan,
+]
+
+
+def test_a_wide_sawtooth_beside_a_burst_keeps_its_baseline_and_its_episodes() -> None:
+    # GIVEN the demo's P99: spikes 4 windows in every 10 (the throttled GPU's duty cycle)
+    # and a 30 s burst plateau between them; each re-estimation keeps fewer quiet windows,
+    # until some 61-window span had too few for a median and the baseline came back NaN
+    v = np.array(DEMO_P99_MS)
+    # WHEN episodes are found THEN the baseline exists wherever there is data
+    baseline, _ = iterative_baseline(v, baseline_windows_for(1.0))
+    assert not np.any(np.isnan(baseline.median) & ~np.isnan(v))
+    # AND the spikes after the burst are episodes
+    found, _ = find_episodes(DEMO_P99_MS, T0 + np.arange(len(v)) * NS, 1.0, T0, "p99")
+    late = [e for e in found if e.start_s >= 60]
+    assert len(late) >= 3, [(e.start_s, e.duration_s) for e in found]
