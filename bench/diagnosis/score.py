@@ -36,7 +36,6 @@ from loadkit.analysis.pipeline import analyze_run
 from loadkit.rundir import Run, load_run
 
 TOLERANCE_NS = 2_000_000_000
-PERCENTILE_ORDER = ("p99", "p95", "p50")  # the analyzer's primary-percentile order
 CONFIDENCE_RANK = {"strong": 3, "moderate": 2, "weak": 1}
 
 # Plan fault key -> analyzer cause (the benchmark's own case names).
@@ -142,11 +141,7 @@ def ground_truth(run: Run) -> list[Interval]:
 
 
 def _primary_episodes(analysis: Analysis) -> list[m.SpikeEpisode]:
-    for pct in PERCENTILE_ORDER:
-        found = [e for e in analysis.episodes if e.percentile == pct]
-        if found:
-            return found
-    return []
+    return list(analysis.primary_episodes())
 
 
 def _overlaps(a0: int, a1: int, b0: int, b1: int) -> bool:

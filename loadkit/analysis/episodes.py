@@ -28,6 +28,13 @@ BASELINE_WINDOWS = 61
 # would otherwise lift the median onto the spikes themselves.
 MAX_BASELINE_PASSES = 5
 FIRST_PASS_QUANTILE = 0.25
+# Spikes that fill most windows (bursts whose backlog drains for 6 of every 8 s)
+# put even the first pass's low quantile on the spikes. Their sign is a floor: a
+# sizeable share of windows at a third of the median or less, which a latency
+# series without such spikes does not have (a percentile rarely falls to a third
+# of its usual level). The first pass then starts from the floor windows alone.
+FLOOR_RATIO = 3.0
+FLOOR_MIN_SHARE = 0.15
 MAD_TO_SIGMA = 1.4826
 MIN_SCALE_FRACTION = 0.05  # of the baseline median
 MIN_SCALE_MS = 0.1
@@ -52,14 +59,21 @@ class Baseline:
     scale: np.ndarray
 
 
-def _rolling(values: np.ndarray, window: int, fn: str, quantile: float = 0.5) -> np.ndarray:
+def _rolling(
+    values: np.ndarray,
+    window: int,
+    fn: str,
+    quantile: float = 0.5,
+    min_periods: int | None = None,
+) -> np.ndarray:
     s = pd.Series(values)
-    roll = s.rolling(window, center=True, min_periods=max(1, window // 4))
+    least = max(1, window // 4) if min_periods is None else min_periods
+    roll = s.rolling(window, center=True, min_periods=least)
     if fn == "median":
         out = roll.median() if quantile == 0.5 else roll.quantile(quantile)
         return np.array(out, dtype=float)
     stride = 1 if window <= EXACT_MAD_WINDOWS else window // MAD_STEPS_PER_WINDOW
-    return _rolling_quiet_mad(np.asarray(values, dtype=float), window, max(1, window // 4), stride)
+    return _rolling_quiet_mad(np.asarray(values, dtype=float), window, least, stride)
 
 
 # Values sorted at once, per chunk of windows (a chunk of 61-wide windows: 32,800 rows, 16 MB).
@@ -137,6 +151,7 @@ def robust_baseline(
     min_fraction: float = MIN_SCALE_FRACTION,
     floor: float = MIN_SCALE_MS,
     level_quantile: float = 0.5,
+    min_periods: int | None = None,
 ) -> Baseline:
     """Rolling median and max(1.4826·MAD, min_fraction·median, floor).
 
@@ -152,8 +167,8 @@ def robust_baseline(
         med = np.full(n, float(np.nanquantile(v, level_quantile)))
         mad = np.full(n, _mad(v))
     else:
-        med = _rolling(v, window, "median", level_quantile)
-        mad = _rolling(v, window, "mad")
+        med = _rolling(v, window, "median", level_quantile, min_periods)
+        mad = _rolling(v, window, "mad", min_periods=min_periods)
         half = window // 2
         med[:half], mad[:half] = med[half], mad[half]
         med[n - half :], mad[n - half :] = med[n - half - 1], mad[n - half - 1]
@@ -214,7 +229,11 @@ def iterative_baseline(
     # Start from a low quantile: a sawtooth whose spikes (with their tails) fill
     # half the windows or more lifts a first median onto the spikes, and then
     # nothing looks hot. Later passes use the median of the quiet windows.
-    baseline = robust_baseline(v, window, level_quantile=FIRST_PASS_QUANTILE)
+    floor = _floor_windows(v)
+    if floor is None:
+        baseline = robust_baseline(v, window, level_quantile=FIRST_PASS_QUANTILE)
+    else:  # the floor windows alone, however few of them a span holds
+        baseline = robust_baseline(np.where(floor, v, np.nan), window, min_periods=3)
     hot = np.zeros(len(v), dtype=bool)
     used = baseline  # the baseline the returned hot set was found against
     for i in range(MAX_BASELINE_PASSES):
@@ -236,6 +255,17 @@ def iterative_baseline(
             break
         baseline = candidate
     return used, hot
+
+
+def _floor_windows(v: np.ndarray) -> np.ndarray | None:
+    """The windows at the series' floor when spikes fill most of it, else None."""
+    known = v[~np.isnan(v)]
+    if known.size == 0:
+        return None
+    floor = v <= np.median(known) / FLOOR_RATIO
+    if np.count_nonzero(floor) < max(3, FLOOR_MIN_SHARE * known.size):
+        return None
+    return floor
 
 
 def extend_edges(hot: np.ndarray, warm: np.ndarray) -> np.ndarray:

@@ -39,7 +39,6 @@ ALIGN_AFTER_S = 20.0
 # Spread band of the aligned average (percentiles over episodes), needs this many episodes.
 BAND_PERCENTILES = (10.0, 90.0)
 BAND_MIN_EPISODES = 3
-PRIMARY_PERCENTILES = ("p99", "p95", "p50")
 
 # The signal that shows each cause (an attribute path on Analysis) and its axis label,
 # from the cause registry.
@@ -111,10 +110,10 @@ def aligned_signal(analysis: Analysis, finding: Finding, grid: WindowGrid) -> Al
     episodes: list[SpikeEpisode] = [by_id[i] for i in finding.episodes if i in by_id]
     anchor = "start of the episodes this finding explains"
     if not episodes:
-        primary = next((p for p in PRIMARY_PERCENTILES if analysis.episodes_for(p)), None)
-        if primary is None:
+        episodes = list(analysis.primary_episodes())
+        if not episodes:
             return None
-        episodes = list(analysis.episodes_for(primary))
+        primary = episodes[0].percentile
         anchor = f"start of every {primary.upper()} episode (standing condition)"
     starts = [_window_index(grid, e.start_ns) for e in episodes]
     offsets, mean, low, high = align_on_episodes(values, starts, grid)

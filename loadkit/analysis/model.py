@@ -582,6 +582,9 @@ class Analysis:
     intervals: tuple[Interval, ...] = ()  # throttle / cgroup / fault spans, by start time
     overview: Overview | None = None  # minute resolution, for runs longer than 2 h
     breakdown: LatencyBreakdown | None = None  # where the time goes, per window
+    # The percentile whose episodes the findings explain (pipeline.primary_percentile);
+    # None in analysis.json files written before it was recorded.
+    primary: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return typing.cast(dict[str, Any], to_jsonable(self))
@@ -619,6 +622,15 @@ class Analysis:
                 f"cannot read {path} ({exc})", hint="re-run `loadkit analyze RUN`"
             ) from exc
         return cls.from_dict(data)
+
+    def primary_episodes(self) -> tuple[SpikeEpisode, ...]:
+        """The episodes the findings explain (older files: the highest percentile with any)."""
+        if self.primary is not None:
+            return self.episodes_for(self.primary)
+        for pct in ("p99", "p95", "p50"):
+            if self.episodes_for(pct):
+                return self.episodes_for(pct)
+        return ()
 
     def episodes_for(self, percentile: str) -> tuple[SpikeEpisode, ...]:
         return tuple(e for e in self.episodes if e.percentile == percentile)

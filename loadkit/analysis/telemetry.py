@@ -234,6 +234,10 @@ class HostSeries:
     # preempted more per CPU-second; a stopped one is not scheduled at all, so its
     # rate stays as usual (NaN where the server used no CPU or the data lack it).
     server_preemptions_per_cpu_s: np.ndarray | None = None
+    # Milliseconds per second the server's threads were runnable but waited for a CPU
+    # (the kernel's schedstat run delay, summed over threads): starvation itself. A
+    # stopped server is not runnable and does not wait. None where not recorded.
+    server_run_delay_ms_per_s: np.ndarray | None = None
 
 
 def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
@@ -293,6 +297,10 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
         resets = max(resets, r3)
         throttled_ms = ns_rate / 1e6
     preemptions = _preemptions_per_cpu_s(frame, grid, t)
+    run_delay = numeric(frame, "server_run_delay_ns")
+    if run_delay is not None:
+        delay_rate, _ = counter_rate_on_grid(grid, t, run_delay)
+        run_delay = delay_rate / 1e6
     rss = numeric(frame, "server_rss_bytes")
     tcp = numeric(frame, "tcp_new_connections")
     server_tcp = numeric(frame, "server_new_connections")
@@ -323,6 +331,7 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
         counter_resets=resets,
         cpu_contention=contention,
         server_preemptions_per_cpu_s=preemptions,
+        server_run_delay_ms_per_s=run_delay,
     )
 
 

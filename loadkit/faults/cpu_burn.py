@@ -36,9 +36,9 @@ from loadkit.faults.schedule import Clock, FaultSchedule, FaultUnavailable, Sche
 
 READY_TIMEOUT_S = 10.0
 
-# argv[1]: our PID, argv[2]: nice. Die with the parent; take the priority (for
-# the burner's own autogroup too: it runs in a session of its own); tell the
-# parent we run; burn.
+# argv[1]: our PID, argv[2]: nice, argv[3]: "idle" for SCHED_IDLE. Die with the
+# parent; take the priority (for the burner's own autogroup too: it runs in a
+# session of its own); tell the parent we run; burn.
 BURNER_CODE = """\
 import ctypes, os, sys
 try:
@@ -53,6 +53,8 @@ if nice:
         with open("/proc/self/autogroup", "w") as f:
             f.write(str(nice))
     os.setpriority(os.PRIO_PROCESS, 0, nice)
+if sys.argv[3] == "idle":
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 sys.stdout.write("1")
 sys.stdout.flush()
 while True:
@@ -85,6 +87,7 @@ class CpuBurn(ScheduledFault):
         processes: int | None = None,
         nice: int = 0,
         own_session: bool | None = None,
+        sched_idle: bool = False,
         run_dir: str | Path | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -101,6 +104,10 @@ class CpuBurn(ScheduledFault):
                 hint="run as root, or use nice >= 0",
             )
         self.nice = nice
+        # SCHED_IDLE: the burners run only on CPU nothing else wants, and any waking
+        # task preempts them at once (a nice value alone does not: at nice 19,
+        # EEVDF still lets a burner finish its slice before a waking server runs).
+        self.sched_idle = sched_idle
         self._burners: list[subprocess.Popen[bytes]] = []
 
     @property
@@ -114,10 +121,12 @@ class CpuBurn(ScheduledFault):
             "processes": self.processes,
             "nice": self.nice,
             "own_session": self.own_session,
+            "sched_idle": self.sched_idle,
         }
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-S", "-c", BURNER_CODE, str(os.getpid()), str(self.nice)]
+        policy = "idle" if self.sched_idle else "normal"
+        argv = [sys.executable, "-S", "-c", BURNER_CODE, str(os.getpid()), str(self.nice), policy]
         # Forked on a process-long thread (lifeline), so the PDEATHSIG below
         # follows this process, not the schedule's thread.
         return lifeline.popen(

@@ -186,6 +186,9 @@ class HostSampler:
         self._prev: dict[str, Any] = {}
         self._proc_times: dict[int, float] = {}
         self._procs: dict[int, psutil.Process] = {}
+        # Per thread (pid, tid): its run delay at the last sample, and the running total.
+        self._run_delays: dict[tuple[int, int], int] = {}
+        self._run_delay_total: int | None = None
         self._server_ports: set[int] = set()
         self._server_conns: set[tuple[Endpoint, Endpoint]] | None = None
 
@@ -253,6 +256,7 @@ class HostSampler:
             self._warn.warn("server_gone", f"server PID {self.server_pid} is gone; no server CPU")
             self._counter(row, "server_ctx_vol", None)
             self._counter(row, "server_ctx_invol", None)
+            self._counter(row, "server_run_delay_ns", None)
             return
         cpu_s = 0.0
         rss = threads = 0
@@ -285,6 +289,35 @@ class HostSampler:
         row["server_processes"] = len(new_times)
         self._counter(row, "server_ctx_vol", vol)
         self._counter(row, "server_ctx_invol", invol)
+        self._counter(row, "server_run_delay_ns", self._run_delay(list(new_times)))
+
+    def _run_delay(self, pids: list[int]) -> int | None:
+        """Nanoseconds the server's threads were runnable but waited for a CPU, cumulative.
+
+        The kernel's own account of CPU starvation (`/proc/PID/task/TID/schedstat`,
+        second field; psutil does not read it). A stopped server (SIGSTOP) is not
+        runnable, so it does not wait; one starved by other work does. Summed per
+        thread over samples, so a thread that exits takes nothing back.
+        """
+        current: dict[tuple[int, int], int] = {}
+        for pid in pids:
+            try:
+                tids = os.listdir(self.proc_root / str(pid) / "task")
+            except OSError:
+                continue
+            for tid in tids:
+                text = _read(self.proc_root / str(pid) / "task" / tid / "schedstat")
+                fields = text.split() if text else []
+                if len(fields) >= 2 and fields[1].isdigit():
+                    current[(pid, int(tid))] = int(fields[1])
+        if not current:
+            if pids:
+                self._warn.warn("schedstat", "no schedstat (CONFIG_SCHEDSTATS); no run delay")
+            return None
+        grew = sum(v - self._run_delays.get(k, v) for k, v in current.items())
+        self._run_delays = current
+        self._run_delay_total = (self._run_delay_total or 0) + max(0, grew)
+        return self._run_delay_total
 
     def _cgroup(self, row: Row) -> None:
         pid = self.server_pid or os.getpid()

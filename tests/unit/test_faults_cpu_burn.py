@@ -148,3 +148,21 @@ def test_burner_dies_with_its_parent_on_sigkill() -> None:
             parent.wait(5)
         if burner_pid > 0 and not _gone(burner_pid):
             os.kill(burner_pid, signal.SIGKILL)
+
+
+def test_an_idle_burner_runs_under_sched_idle_and_a_normal_one_does_not() -> None:
+    # GIVEN one real burner of each policy (a window of 60 s, stopped as soon as seen)
+    for sched_idle, policy in ((True, os.SCHED_IDLE), (False, os.SCHED_OTHER)):
+        fault = CpuBurn(FaultSchedule(duration_s=60.0), processes=1, sched_idle=sched_idle)
+        fault.start()
+        try:
+            deadline = time.monotonic() + 20
+            while not fault.active and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert fault.active, "the burner did not start"
+            # THEN the kernel runs it under the policy asked for
+            assert os.sched_getscheduler(fault.pids[0]) == policy
+            assert fault.describe()["sched_idle"] is sched_idle
+        finally:
+            fault.stop()
+        assert fault.pids == []

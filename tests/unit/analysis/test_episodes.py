@@ -6,6 +6,7 @@ import pytest
 from loadkit.analysis.align import NS
 from loadkit.analysis.episodes import (
     MIN_SCALE_MS,
+    _floor_windows,
     baseline_windows_for,
     find_episodes,
     hot_runs,
@@ -244,3 +245,31 @@ def test_a_wide_sawtooth_beside_a_burst_keeps_its_baseline_and_its_episodes() ->
     found, _ = find_episodes(DEMO_P99_MS, T0 + np.arange(len(v)) * NS, 1.0, T0, "p99")
     late = [e for e in found if e.start_s >= 60]
     assert len(late) >= 3, [(e.start_s, e.duration_s) for e in found]
+
+
+def test_spikes_that_fill_most_windows_are_found_against_the_floor() -> None:
+    # GIVEN bursts whose backlog keeps P99 at 0.5-2 s for 6 of every 8 windows, over a
+    # 15-20 ms floor (the floor is a quarter of the windows: every quantile up to the
+    # median sits on the spikes)
+    rng = np.random.default_rng(3)
+    values = []
+    for _ in range(8):
+        values += list(rng.uniform(15.0, 20.0, 2)) + [500.0, 1200.0, 1900.0, 1500.0, 900, 500]
+    # WHEN the episodes are found
+    episodes, baseline = _find(values)
+    # THEN the baseline is the floor and every burst is an episode of its own
+    assert float(np.nanmax(baseline.median)) < 25.0
+    assert len(episodes) == 8
+    assert all(e.peak_ms >= 1500.0 for e in episodes)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_noisy_series_without_spikes_does_not_take_the_floor_path(seed: int) -> None:
+    # A latency percentile's noise (lognormal, 30 % spread) never falls to a third of
+    # its median in a sizeable share of windows (nor does one with a few spikes): the
+    # baseline is found from all windows, as before.
+    rng = np.random.default_rng(seed)
+    values = 12.0 * rng.lognormal(0.0, 0.3, 300)
+    assert _floor_windows(values) is None
+    values[::10] *= 20.0  # a 10 % share of big spikes
+    assert _floor_windows(values) is None

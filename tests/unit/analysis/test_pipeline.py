@@ -100,3 +100,30 @@ def test_stages_run_alone(tmp_path):
     assert judged.episodes == attributed.episodes and judged.phases == detected.phases
     assert "Process stall" in judged.headline
     assert judged.notes[: len(aligned.notes)] == aligned.notes
+
+
+def _episodes(pct: str, count: int) -> list:
+    from loadkit.analysis.model import SpikeEpisode
+
+    return [
+        SpikeEpisode(f"{pct}#{i}", pct, "corrected", i, i + 1, i, 1, i, 9, 3, 6, 6, 3, 5, 1)
+        for i in range(count)
+    ]
+
+
+def test_the_primary_percentile_is_the_highest_unless_a_lower_one_is_the_periodic_pattern() -> None:
+    from loadkit.analysis.model import Periodicity
+    from loadkit.analysis.pipeline import primary_percentile
+
+    p50_periodic = [Periodicity("p50", True, period_s=8.5), Periodicity("p99", False)]
+    # P99 has episodes: it is the primary, P99 first ...
+    assert primary_percentile(_episodes("p99", 5) + _episodes("p50", 4), ()) == "p99"
+    assert primary_percentile(_episodes("p95", 2) + _episodes("p50", 6), ()) == "p95"
+    # ... unless its stray episodes are fewer than a lower percentile's periodic ones
+    # (a GPU throttled every 8 s lifts P50 in every cycle, P99 once)
+    assert primary_percentile(_episodes("p99", 1) + _episodes("p50", 6), p50_periodic) == "p50"
+    # a periodic P99 stays the primary, and more P99 episodes than P50's keep it too
+    p99_periodic = [Periodicity("p99", True, period_s=8.5), Periodicity("p50", True, period_s=8.5)]
+    assert primary_percentile(_episodes("p99", 5) + _episodes("p50", 6), p99_periodic) == "p99"
+    assert primary_percentile(_episodes("p99", 7) + _episodes("p50", 6), p50_periodic) == "p99"
+    assert primary_percentile([], p50_periodic) == "p99"

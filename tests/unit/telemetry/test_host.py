@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -182,3 +185,55 @@ def test_sampler_counts_new_connections_to_the_servers_listening_port(tmp_path: 
         (proc / "net" / "tcp").write_text(tcp + extra)
         (second,) = sampler.sample(T + 500_000_000)
     assert second["server_new_connections"] == 1
+
+
+def _schedstat(proc: Path, tid: int, run_delay_ns: int) -> None:
+    task = proc / str(os.getpid()) / "task" / str(tid)
+    task.mkdir(parents=True, exist_ok=True)
+    (task / "schedstat").write_text(f"123456 {run_delay_ns} 7\n")
+
+
+def test_run_delay_sums_what_each_thread_waited_and_an_exiting_thread_takes_nothing_back(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a server with two threads that have waited 5 ms and 1 ms for a CPU so far
+    proc, cg = fake_system(tmp_path, V1_CPU_STAT)
+    _schedstat(proc, 11, 5_000_000)
+    _schedstat(proc, 12, 1_000_000)
+    sampler = HostSampler(server_pid=os.getpid(), proc_root=proc, cgroup_root=cg)
+    sampler.open()
+    (first,) = sampler.sample(T)
+    assert first["server_run_delay_ns"] == 0 and first["server_run_delay_ns_delta"] is None
+    # WHEN one waits 40 ms more, the other exits, and a new thread appears
+    _schedstat(proc, 11, 45_000_000)
+    (proc / str(os.getpid()) / "task" / "12" / "schedstat").unlink()
+    (proc / str(os.getpid()) / "task" / "12").rmdir()
+    _schedstat(proc, 13, 2_000_000)
+    (second,) = sampler.sample(T + 500_000_000)
+    # THEN the counter grew by what the surviving thread waited, and never went down
+    assert second["server_run_delay_ns"] == 40_000_000
+    assert second["server_run_delay_ns_delta"] == 40_000_000
+    _schedstat(proc, 13, 12_000_000)
+    (third,) = sampler.sample(T + 1_000_000_000)
+    assert third["server_run_delay_ns_delta"] == 10_000_000
+
+
+def test_run_delay_of_real_processes_grows_when_they_outnumber_the_cores() -> None:
+    # GIVEN twice as many busy children as this machine has cores: each waits for a CPU
+    # about half the time, whatever the machine (the kernel's schedstat, not a model)
+    cores = len(os.sched_getaffinity(0))
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * cores)
+    ]
+    try:
+        sampler = HostSampler(server_pid=os.getpid())
+        sampler.open()
+        sampler.sample(T)
+        time.sleep(0.5)
+        (second,) = sampler.sample(T + 500_000_000)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    # THEN their threads waited, in all, at least a fifth of the 0.5 s per core
+    assert second["server_run_delay_ns_delta"] >= 0.1 * 0.5e9 * cores
