@@ -8,10 +8,11 @@ through a burst makes the cores busy itself), and so are windows where the serve
 throttled (its quota, not the host, is what it waits for).
 
 Busy cores alone do not say the server waits: on a host that someone else
-keeps busy all run, the cores are saturated in every window. Where the
-server's involuntary context switches are recorded, the signature also needs
-the server to be preempted more often per CPU-second it gets than in its
-baseline (`server_starved`): the scheduler is taking the CPU from it.
+keeps busy all run, the cores are saturated in every window. The signature
+also needs the server to wait for a CPU far longer than in its baseline (its
+threads' run delay from schedstat) or, where that is not recorded, to be
+preempted far more often per CPU-second it gets (`server_starved`): the
+scheduler is taking the CPU from it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ ARRIVALS_RISE = 1.25  # arrivals this far above baseline: a burst, not a neighbo
 BACKLOG_WINDOWS = 3
 # Preempted this many times more per CPU-second than in baseline: the server waits for a CPU.
 PREEMPTION_RISE = 2.0
+# The server's threads waited for a CPU this many times longer than in baseline. Seen
+# while tuning (seeds 11-12): burners at nice -10 gave 7-27x, a SIGSTOP stall and the
+# catch-up after it at most 1.5x (a stopped server is not runnable, so it does not wait).
+RUN_DELAY_RISE = 3.0
 
 
 def busy_cores(sig: Signals) -> np.ndarray | None:
@@ -56,25 +61,33 @@ def busy_cores(sig: Signals) -> np.ndarray | None:
 
 
 def server_starved(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
-    """Per window: cores saturated and the server preempted PREEMPTION_RISE x its baseline rate.
+    """Per window: cores saturated and the server kept waiting for a CPU.
 
-    A server stopped (SIGSTOP, a freeze) is not scheduled at all, so its rate
-    per CPU-second stays as usual; one starved by other runnable work is
-    preempted far more often. None where the host data lack the server's
-    context switches.
+    Best evidence: its threads' run delay (the kernel's time runnable but not
+    running) at RUN_DELAY_RISE x its baseline. A server stopped (SIGSTOP, a
+    freeze) is not runnable and does not wait; one starved by other runnable
+    work waits most of the time. Where the run delay is not recorded (older
+    runs, kernels without schedstat): preempted PREEMPTION_RISE x its baseline
+    rate per CPU-second it got. None where the host data have neither.
     """
     host = sig.host
     busy = busy_cores(sig)
-    rate = host.server_preemptions_per_cpu_s if host is not None else None
-    if busy is None or rate is None or np.all(np.isnan(rate)):
+    if busy is None or host is None:
         return None
-    base = median(rate, baseline)
-    if base is None or base <= 0:
-        return None
-    cond = (np.nan_to_num(busy, nan=0.0) >= BUSY_CORES_SHARE) & (
-        np.nan_to_num(rate, nan=0.0) >= PREEMPTION_RISE * base
-    )
-    return flag(cond, busy)
+    for rate, rise in (
+        (host.server_run_delay_ms_per_s, RUN_DELAY_RISE),
+        (host.server_preemptions_per_cpu_s, PREEMPTION_RISE),
+    ):
+        if rate is None or np.all(np.isnan(rate)):
+            continue
+        base = median(rate, baseline)
+        if base is None or base <= 0:
+            continue
+        cond = (np.nan_to_num(busy, nan=0.0) >= BUSY_CORES_SHARE) & (
+            np.nan_to_num(rate, nan=0.0) >= rise * base
+        )
+        return flag(cond, busy)
+    return None
 
 
 @assessed(CAUSE_CPU_SATURATION)
@@ -111,6 +124,17 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
             Evidence("psi_cpu_some_in_episodes", maximum(host.psi_some_avg10, ep), "%"),
             Evidence("psi_cpu_some_baseline", median(host.psi_some_avg10, base), "%"),
         ]
+        delay = host.server_run_delay_ms_per_s
+        if delay is not None:
+            out += [
+                Evidence(
+                    "server_cpu_wait_in_episodes",
+                    median(delay, ep & (holds > 0)),
+                    "ms/s",
+                    "time the server's threads were runnable but waited for a CPU",
+                ),
+                Evidence("server_cpu_wait_baseline", median(delay, base), "ms/s"),
+            ]
         rate = host.server_preemptions_per_cpu_s
         if rate is not None:
             out += [
@@ -147,8 +171,11 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
         f"vs {fmt(ev(e, 'client_minus_server_baseline'), '', 1)} ms baseline, Triton's queue "
         f"{fmt(ev(e, 'queue_in_episodes'), '', 1)} ms vs {fmt(ev(e, 'queue_baseline'), '', 1)} ms"
         + (
-            f"; the server was preempted {fmt(ev(e, 'server_preemptions_in_episodes'))} times per "
-            f"CPU-second vs {fmt(ev(e, 'server_preemptions_baseline'))} in baseline."
+            f"; the server's threads waited {fmt(ev(e, 'server_cpu_wait_in_episodes'))} ms per "
+            f"second for a CPU vs {fmt(ev(e, 'server_cpu_wait_baseline'))} in baseline."
+            if ev(e, "server_cpu_wait_baseline") is not None
+            else f"; the server was preempted {fmt(ev(e, 'server_preemptions_in_episodes'))} "
+            f"times per CPU-second vs {fmt(ev(e, 'server_preemptions_baseline'))} in baseline."
             if ev(e, "server_preemptions_baseline") is not None
             else "."
         )

@@ -289,6 +289,39 @@ def test_a_gap_while_the_server_is_preempted_is_starvation_and_a_stop_is_a_stall
     assert s.holds is not None and np.nonzero(s.holds > 0)[0].tolist() == [3]
 
 
+def test_the_servers_wait_for_a_cpu_tells_starvation_from_a_stop_before_preemptions_do():
+    from loadkit.analysis.causes import cpu_saturation, process_stall
+
+    n = 14
+    sig = _signals(n)
+    # GIVEN 0.4 s gaps in windows 3 and 10 on a host busy all run. In window 3 the
+    # server was stopped: its threads were not runnable, so they waited for a CPU no
+    # longer than usual, though the catch-up after SIGCONT preempted it 4x (the rate
+    # that would mislead without the run delay). In window 10 its threads waited 8x
+    # their usual time: runnable, kept off the CPU.
+    sig.gaps = CompletionGaps(
+        np.array([[3 * S + S // 2, 3 * S + 9 * S // 10], [10 * S + S // 2, 10 * S + 9 * S // 10]]),
+        "test",
+    )
+    preemptions = np.full(n, 300.0)
+    preemptions[3] = 1200.0
+    sig.host = _preempted_host(n, np.ones(n), preemptions)
+    wait = np.full(n, 150.0)
+    wait[3] = 200.0
+    wait[10] = 1200.0
+    sig.host.server_run_delay_ms_per_s = wait
+    base = np.ones(n, dtype=bool)
+    # THEN the stop is a process stall and the starved gap is CPU saturation's
+    s = process_stall.signature(sig, base)
+    assert s.holds is not None and np.nonzero(s.holds > 0)[0].tolist() == [3]
+    c = cpu_saturation.signature(sig, base)
+    assert c.holds is not None and np.nonzero(c.holds > 0)[0].tolist() == [10]
+    text = cpu_saturation.summary(
+        c.evidence(c.holds > 0, c.holds == 0) if c.evidence else [], "1/1 spike episodes", None
+    )
+    assert "waited 1200 ms per second for a CPU vs 150" in text
+
+
 def test_compute_slowdown_on_saturated_cores_stays_a_weak_lead():
     from loadkit.analysis.causes import unexplained
     from tests.unit.analysis.test_attribution_overlaps import _host
