@@ -16,7 +16,7 @@ PRE_BURST_S = 30.0
 
 
 # Cells (windows x buckets used) of the dense table `rolling_p99` sums a chunk of windows in.
-ROLLING_CHUNK_CELLS = 1 << 22
+ROLLING_CHUNK_CELLS = 1 << 20  # 8 MB per int64 table: small beside the whole run held in memory
 
 
 def rolling_p99(
