@@ -518,6 +518,8 @@ class Manifest:
     abort_on: tuple[str, ...] = ()
     abort: dict[str, Any] | None = None
     distributed: dict[str, Any] | None = None  # Locust workers: clocks, losses
+    metrics_endpoint: str | None = None  # the live Prometheus endpoint (--serve-metrics PORT)
+    demo: dict[str, Any] | None = None  # loadkit demo's cooling-fault schedule
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Manifest:
@@ -543,6 +545,8 @@ class Manifest:
             abort_on=tuple(str(c) for c in _list(raw.get("abort_on"))),
             abort=dict(abort) if isinstance(abort, Mapping) else None,
             distributed=dict(d) if isinstance(d := raw.get("distributed"), Mapping) else None,
+            metrics_endpoint=_str(raw.get("metrics_endpoint")),
+            demo=dict(demo) if isinstance(demo := raw.get("demo"), Mapping) else None,
         )
 
     @property
