@@ -223,6 +223,8 @@ class LatencyRecorder:
         # name -> intended_ns -> requests in flight with that intended send time
         self._in_flight_intended: dict[str, Counter[int]] = {}
         self.closed = False
+        # A tick is inside a write that pauses (yields to other greenlets): close waits for it.
+        self._writing = False
         self.totals: Counter[str] = Counter()
         self.messages: dict[str, list[str]] = {}  # error kind -> first distinct messages
 
@@ -387,7 +389,15 @@ class LatencyRecorder:
         would otherwise wait in the event loop and be timed that much slower.
         What is recorded meanwhile goes into the next interval.
         """
-        self._tick_at(self._now() if now_ns is None else now_ns + self.clock_offset_ns, pause)
+        now_ns = self._now() if now_ns is None else now_ns + self.clock_offset_ns
+        if pause is None:
+            self._tick_at(now_ns)
+            return
+        self._writing = True
+        try:
+            self._tick_at(now_ns, pause)
+        finally:
+            self._writing = False
 
     def _tick_at(self, now_ns: int, pause: Callable[[], None] | None = None) -> None:
         current = now_ns // INTERVAL_NS
@@ -397,10 +407,27 @@ class LatencyRecorder:
             self._write_interval(index, INTERVAL_NS, pause)
         self.flush()
 
-    def close(self, now_ns: int | None = None) -> None:
-        """Write all intervals, the current one as a partial interval; idempotent."""
+    def close(
+        self,
+        now_ns: int | None = None,
+        wait: Callable[[], None] | None = None,
+        wait_limit_s: float = 5.0,
+    ) -> None:
+        """Write all intervals, the current one as a partial interval; idempotent.
+
+        A tick that paused mid-write holds that interval's records: closing the
+        files under it would lose them (and fail the tick). So a close from
+        another greenlet first calls `wait` (its cooperative yield) until that
+        write is done, for at most `wait_limit_s`.
+        """
         if self.closed:
             return
+        if self._writing:
+            if wait is None:
+                raise RuntimeError("LatencyRecorder.close during a paused tick: pass `wait`")
+            deadline = time.monotonic() + wait_limit_s
+            while self._writing and time.monotonic() < deadline:
+                wait()
         now_ns = self._now() if now_ns is None else now_ns + self.clock_offset_ns
         self._tick_at(now_ns)
         last = max(self._intervals, default=None)

@@ -109,7 +109,6 @@ class LoadRuntime:
         self._run_worker_count: int | None = None  # workers counted at the start (master)
         self.dispatcher: OpenModelDispatcher | None = None
         self._ticker: gevent.Greenlet | None = None
-        self._ticking = False  # the ticker is inside a (pausing) write of the recorder
         self._start_timer: gevent.Greenlet | None = None
         self.users_registered = 0
         self.shape_done = False
@@ -445,11 +444,7 @@ class LoadRuntime:
             next_boundary = (now // INTERVAL_NS + 1) * INTERVAL_NS
             gevent.sleep((next_boundary - now) / 1e9 + _TICK_OFFSET_S)
             if not recorder.closed:
-                self._ticking = True
-                try:
-                    recorder.tick(pause=gevent.sleep)  # sleep(0): let ready responses be read
-                finally:
-                    self._ticking = False
+                recorder.tick(pause=gevent.sleep)  # sleep(0): let ready responses be read
 
     def register_user(self) -> int:
         """A user started; returns its stream number (for its payload generator)."""
@@ -521,13 +516,8 @@ class LoadRuntime:
         """Write everything recorded; finalize a run this process created."""
         if self.dispatcher is not None and not self.dispatcher.finished:
             self.dispatcher.stop()
-        # The ticker yields mid-write; closing the recorder meanwhile closed its files
-        # under it (a ValueError there) and lost the run's last partial interval.
-        deadline = time.monotonic() + 5.0
-        while self._ticking and time.monotonic() < deadline:
-            gevent.sleep(0.001)
         if self.recorder is not None and not self.recorder.closed:
-            self.recorder.close()
+            self.recorder.close(wait=_yield_to_the_ticker)  # it may be paused mid-write
         if self.collector is not None:
             if self._watcher is not None:
                 self._watcher.kill(block=False)
@@ -599,6 +589,10 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
 @events.test_stopping.add_listener
 def _on_test_stopping(environment: Environment, **_kw: Any) -> None:
     get_runtime(environment).on_test_stopping()
+
+
+def _yield_to_the_ticker() -> None:
+    gevent.sleep(0.001)
 
 
 @events.test_stop.add_listener

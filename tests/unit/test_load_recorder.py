@@ -304,3 +304,62 @@ def test_a_tick_pauses_while_writing_and_loses_nothing_recorded_in_its_pauses(
     service = [h.histogram.get_total_count() for h in hists if h.kind == "service"]
     assert service == [300, len(pauses)]
     assert rec.totals["ok"] == rec.totals["offered"] == 300 + len(pauses)
+
+
+def test_a_stop_during_a_paused_tick_waits_for_its_write_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    import gevent
+    import gevent.event
+
+    # GIVEN a whole second of 300 requests and 40 more in the next, and a ticker greenlet
+    # that is paused in the middle of writing the first second (its cooperative yield)
+    clock = FakeClock(T0)
+    rec = LatencyRecorder(tmp_path, "p", clock_ns=clock)
+    for i in range(340):
+        t = T0 + i * 3_000_000
+        rec.offered("infer", t)
+        _request(rec, t, t, t + 1_000_000)
+    inside_write = gevent.event.Event()
+
+    def pause() -> None:
+        inside_write.set()
+        gevent.sleep(0)
+
+    clock.t_ns = T0 + S + 5
+    ticker = gevent.spawn(rec.tick, pause=pause)
+    inside_write.wait(timeout=5)
+    assert inside_write.is_set() and not ticker.dead
+    # WHEN the run stops (another greenlet closes the recorder) while the write is paused
+    rec.close(T0 + S + 500_000_000, wait=lambda: gevent.sleep(0))
+    # THEN the ticker finished its write without an error, and both seconds, the last one
+    # partial, are written with every request exactly once
+    ticker.get(timeout=5)
+    rows = _rows(tmp_path / "load" / "p.jsonl")
+    assert [(r["t_ns"], r["interval_ns"], r["ok"]) for r in rows] == [
+        (T0, S, 333),
+        (T0 + S, 500_000_000, 7),
+    ]
+    hists = list(read_interval_log(tmp_path / "latency" / "p.hlog"))
+    assert [h.histogram.get_total_count() for h in hists if h.kind == "service"] == [333, 7]
+
+
+def test_closing_from_inside_a_paused_tick_without_a_way_to_wait_is_refused(
+    tmp_path: Path,
+) -> None:
+    # A close that cannot yield to the paused tick would close the files under it.
+    clock = FakeClock(T0)
+    rec = LatencyRecorder(tmp_path, "p", clock_ns=clock)
+    _request(rec, T0, T0, T0 + 1_000_000)
+    refused: list[str] = []
+
+    def pause() -> None:
+        with pytest.raises(RuntimeError, match="paused tick") as err:
+            rec.close()
+        refused.append(str(err.value))
+
+    clock.t_ns = T0 + S + 5
+    rec.tick(pause=pause)
+    assert refused and not rec.closed
+    rec.close(T0 + 2 * S)
+    assert rec.closed

@@ -102,6 +102,23 @@ def test_idle_clock_bit_is_not_throttling(analyze_spec):
     assert checks["gpu_clock_thermal"] == "not_found"
 
 
+def test_cliffs_delta_counts_every_pair_as_the_pairwise_definition():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        # Rounded values: many ties; NaN and infinities are dropped / ordered as numbers.
+        a = np.round(rng.normal(1.0, 1.0, int(rng.integers(1, 60))), 1)
+        b = np.round(rng.normal(0.0, 1.0, int(rng.integers(1, 200))), 1)
+        a[rng.random(a.size) < 0.1] = np.nan
+        b[rng.random(b.size) < 0.1] = np.inf
+        b[rng.random(b.size) < 0.1] = np.nan
+        a_ok, b_ok = a[~np.isnan(a)], b[~np.isnan(b)]
+        if not a_ok.size or not b_ok.size:
+            continue
+        greater = sum(int(x > y) for x in a_ok for y in b_ok)
+        less = sum(int(x < y) for x in a_ok for y in b_ok)
+        assert cliffs_delta(a, b) == (greater - less) / (a_ok.size * b_ok.size)
+
+
 def test_cliffs_delta_and_confidence_levels():
     assert cliffs_delta(np.array([3.0, 4.0]), np.array([1.0, 2.0])) == 1.0
     assert cliffs_delta(np.array([1.0]), np.array([1.0])) == 0.0
