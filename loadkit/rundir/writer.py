@@ -295,6 +295,7 @@ class RunWriter:
         append_event(self.path, kind, name, **attrs)
 
     def update(self, **changes: Any) -> None:
+        check_manifest({**self.manifest, **changes})  # a refused key leaves the manifest as it was
         self.manifest.update(changes)
         write_manifest(self.path, self.manifest)
 

@@ -178,3 +178,5 @@ def test_write_manifest_holds_the_manifest_to_the_schema(tmp_path):
         writer.update(statsu="complete")
     on_disk = json.loads((writer.path / "manifest.json").read_text())
     assert on_disk["status"] == "running" and "statsu" not in on_disk
+    assert "statsu" not in writer.manifest
+    writer.finalize()  # the refused key did not stay behind to refuse every later write
