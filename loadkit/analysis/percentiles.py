@@ -46,8 +46,10 @@ class IntervalCounts:
     intervals: int = 0  # histograms read
 
 
-def collect_intervals(intervals: Iterable[IntervalHistogram]) -> IntervalCounts:
+def collect_intervals(intervals: Iterable[IntervalHistogram[Histogram]]) -> IntervalCounts:
     """Read interval histograms one at a time (e.g. `Run.iter_latency_intervals()`), keep their counts.
+
+    Read with `decode=LatencyCounts.decode`, no `HdrHistogram` is ever built.
 
     Histograms of several processes (or request names) that start at the same
     time are merged: every window of any grid is a sum of these.
@@ -61,9 +63,7 @@ def collect_intervals(intervals: Iterable[IntervalHistogram]) -> IntervalCounts:
         if out.last_end_ns is None or interval.end_ns > out.last_end_ns:
             out.last_end_ns = interval.end_ns
         by_start = parts.setdefault(interval.kind, {})
-        by_start.setdefault(interval.start_ns, []).append(
-            LatencyCounts.from_histogram(interval.histogram)
-        )
+        by_start.setdefault(interval.start_ns, []).append(as_counts(interval.histogram))
     for kind, by_start in parts.items():
         out.by_kind[kind] = {start: merge_counts(p) for start, p in by_start.items()}
     return out

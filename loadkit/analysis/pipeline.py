@@ -311,7 +311,7 @@ def align(run: Run) -> Aligned:
     """Window the latency histograms, then put load counters and every telemetry series on the grid."""
     notes: list[str] = []
     # One pass over the interval logs, one decoded histogram at a time.
-    intervals = collect_intervals(run.iter_latency_intervals())
+    intervals = collect_intervals(run.iter_latency_intervals(LatencyCounts.decode))
     bounds = _time_bounds(run, intervals)
     if bounds is None:
         raise RunFormatError(

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import struct
+import zlib
+
 import numpy as np
 import pytest
+from hdrh import codec
 from hdrh.histogram import HdrHistogram
 
 from loadkit.analysis.latency_counts import (
@@ -115,3 +120,55 @@ def test_a_value_of_zero_and_the_top_of_the_range():
         hist.get_value_at_percentile(p) for p in (0.0, 50.0, 100.0)
     ]
     assert counts.max_us() == hist.get_max_value()
+
+
+def _same(a: LatencyCounts, b: LatencyCounts) -> bool:
+    return (
+        a.index.dtype == b.index.dtype
+        and a.count.dtype == b.count.dtype
+        and np.array_equal(a.index, b.index)
+        and np.array_equal(a.count, b.count)
+    )
+
+
+def test_decoding_a_payload_equals_decoding_the_library_histogram():
+    rng = np.random.default_rng(7)
+    hists = [_random_histogram(rng) for _ in range(60)]
+    big = new_histogram()
+    big.record_value(1500, 2**40)  # a count that takes a long varint
+    big.record_value(0, 3)
+    hists += [new_histogram(), big]
+    for hist in hists:
+        encoded = hist.encode()
+        expected = LatencyCounts.from_histogram(HdrHistogram.decode(encoded))
+        assert _same(LatencyCounts.decode(encoded), expected)
+    # Another layout goes through the library (re-bucketed as `from_histogram` does).
+    other = HdrHistogram(1, 3_600_000_000, 2)
+    other.record_value(55_555, 3)
+    assert _same(LatencyCounts.decode(other.encode()), LatencyCounts.from_histogram(other))
+
+
+def _zigzag_varint(value: int) -> bytes:
+    u = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    return bytes(out) + bytes([u])
+
+
+def test_a_payload_that_overruns_the_counters_raises_as_the_library_and_leaves_none_behind():
+    hist = new_histogram()
+    hist.record_value(10, 5)
+    raw = base64.b64decode(hist.encode())
+    header = bytearray(zlib.decompress(raw[8:])[: codec.payload_header_size])
+    # 5 at bucket 0, then 20,000 empty buckets (past the last), then 1: written, then fails.
+    body = _zigzag_varint(5) + _zigzag_varint(-20_000) + _zigzag_varint(1)
+    struct.pack_into(">I", header, 4, len(body))
+    compressed = zlib.compress(bytes(header) + body)
+    bad = base64.b64encode(raw[:4] + struct.pack(">I", len(compressed)) + compressed)
+    with pytest.raises(IndexError, match="overrun"):
+        HdrHistogram.decode(bad)
+    with pytest.raises(IndexError, match="overrun"):
+        LatencyCounts.decode(bad)
+    assert _same(LatencyCounts.decode(hist.encode()), LatencyCounts.from_histogram(hist))
