@@ -340,7 +340,11 @@ def write_latency_load_samples(
     requests_at: SeriesAt,
     reservoir: Callable[[int], int],
 ) -> None:
-    """Per second: the HDR interval log's two lines, a load counter row, the request sample."""
+    """Per second: the HDR interval log's two lines, a load counter row, the request sample.
+
+    The rows are formatted by hand (a 24 h run has 3 M request rows), as schema.LoadRow and
+    schema.RequestRow; tests/unit/test_rundir_schema.py holds them (and the telemetry) to those.
+    """
     normal = hist_pool(rng, rate, spike=False, size=48)
     spiky = hist_pool(rng, rate, spike=True, size=16)
     (path / LATENCY_DIR).mkdir(exist_ok=True)

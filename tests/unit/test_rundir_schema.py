@@ -154,19 +154,30 @@ def test_the_importers_map_onto_gpu_row_fields():
     assert targets - set(row_fields(GpuRow)) == set()
 
 
-def test_the_synthetic_builder_writes_schema_rows(tmp_path):
-    path = write_run(RunSpec(duration_s=3, rate_rps=20), tmp_path, "rows")
-    for pattern, row_type in (
-        ("load/*.jsonl", LoadRow),
-        ("requests/*.jsonl", RequestRow),
-        ("telemetry/gpu.jsonl", GpuRow),
-        ("telemetry/host.jsonl", HostRow),
-        ("telemetry/triton_stats.jsonl", TritonStatsRow),
-    ):
-        files = sorted(path.glob(pattern))
-        rows = [json.loads(line) for f in files for line in f.read_text().splitlines()]
+SERIES_ROWS = (
+    ("load/*.jsonl", LoadRow),
+    ("requests/*.jsonl", RequestRow),
+    ("telemetry/gpu.jsonl", GpuRow),
+    ("telemetry/host.jsonl", HostRow),
+    ("telemetry/triton_stats.jsonl", TritonStatsRow),
+)
+
+
+def _assert_schema_rows(path: Path) -> None:
+    for pattern, row_type in SERIES_ROWS:
+        rows = [json.loads(line) for f in path.glob(pattern) for line in f.read_text().splitlines()]
         assert rows, pattern
         assert {tuple(row_problems(r, row_type)) for r in rows} == {()}, pattern
+
+
+def test_the_synthetic_builder_writes_schema_rows(tmp_path):
+    _assert_schema_rows(write_run(RunSpec(duration_s=3, rate_rps=20), tmp_path, "rows"))
+
+
+def test_the_benchmarks_long_run_builder_writes_schema_rows(tmp_path):
+    from bench.analysis_scale import write_scale_run
+
+    _assert_schema_rows(write_scale_run(tmp_path, 3, rate=40))
 
 
 def test_write_manifest_holds_the_manifest_to_the_schema(tmp_path):
