@@ -138,38 +138,30 @@ def burst_recovery(
     peak = float(np.nanmax(seg)) if seg.size and not np.all(np.isnan(seg)) else None
     area = float(np.nansum(np.clip(seg - median, 0, None)) * window_s) if seg.size else None
     if recovered_at is None:
-        return BurstRecovery(
-            burst.start_ns,
-            burst.end_ns,
-            burst.rate,
-            median,
-            band,
-            False,
-            None,
-            None,
-            peak,
-            None if peak is None else peak - median,
-            area,
-            detail=f"P99 (5 s) did not stay under {band:.1f} ms for {RECOVERY_HOLD_S:.0f} s before the run ended",
-            **extras,
+        recovery_s = rec_ns = None
+        detail = (
+            f"P99 (5 s) did not stay under {band:.1f} ms for {RECOVERY_HOLD_S:.0f} s "
+            "before the run ended"
         )
-    rec_ns = int(starts_ns[recovered_at])
-    recovery_s = max(0.0, (rec_ns - end_ns) / 1e9)
+    else:
+        rec_ns = int(starts_ns[recovered_at])
+        recovery_s = max(0.0, (rec_ns - end_ns) / 1e9)
+        detail = (
+            f"P99 (5 s) back under {band:.1f} ms and held {RECOVERY_HOLD_S:.0f} s, "
+            f"{recovery_s:.0f} s after the burst ended"
+        )
     return BurstRecovery(
         burst.start_ns,
         burst.end_ns,
         burst.rate,
         median,
         band,
-        True,
+        recovered_at is not None,
         recovery_s,
         rec_ns,
         peak,
         None if peak is None else peak - median,
         area,
-        detail=f"P99 (5 s) back under {band:.1f} ms and held {RECOVERY_HOLD_S:.0f} s, {recovery_s:.0f} s after the burst ended",
+        detail=detail,
         **extras,
     )
-
-
-__all__ = ["BurstPhase", "burst_recovery", "rolling_p99"]
