@@ -211,6 +211,23 @@ class Meter:
         return (t0, t1) if t1 > t0 else None
 
 
+def nginx_meter(port: int, **cpu: Callable[[], list[psutil.Process]]) -> Meter:
+    """A Meter of nginx's request counter (`requests`) and of each named group's CPU seconds."""
+    probes = {"requests": nginx_requests_probe(port)}
+    probes.update({name: cpu_probe(select) for name, select in cpu.items()})
+    return Meter(probes)
+
+
+def load_window(meter: Meter) -> tuple[int, int, float]:
+    """(t0, t1, seconds) while the generator's requests reached nginx, start-up and tail left out."""
+    # min_step: each poll of nginx's status page is one request of the meter's own.
+    window = meter.active_window("requests", skip_s=2.0, tail_s=1.0, min_step=3)
+    if window is None:
+        raise RuntimeError("no requests reached nginx: the generator did not run")
+    t0, t1 = window
+    return t0, t1, (t1 - t0) / 1e9
+
+
 def children_matching(word: str) -> Callable[[], list[psutil.Process]]:
     """Selector: descendants of this process whose command line contains `word`."""
     me = psutil.Process()
@@ -323,7 +340,11 @@ def write_latency_load_samples(
     requests_at: SeriesAt,
     reservoir: Callable[[int], int],
 ) -> None:
-    """Per second: the HDR interval log's two lines, a load counter row, the request sample."""
+    """Per second: the HDR interval log's two lines, a load counter row, the request sample.
+
+    The rows are formatted by hand (a 24 h run has 3 M request rows), as schema.LoadRow and
+    schema.RequestRow; tests/unit/test_rundir_schema.py holds them (and the telemetry) to those.
+    """
     normal = hist_pool(rng, rate, spike=False, size=48)
     spiky = hist_pool(rng, rate, spike=True, size=16)
     (path / LATENCY_DIR).mkdir(exist_ok=True)

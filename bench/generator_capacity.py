@@ -46,15 +46,14 @@ from bench._support import (
     Meter,
     bare_body,
     children_matching,
-    cpu_probe,
+    load_window,
     nginx_endpoint,
-    nginx_requests_probe,
+    nginx_meter,
     table,
 )
 from bench.max_rate import judge_run
 from loadkit.load.orchestrator import run_scenario
 
-SECOND = 1_000_000_000
 USERS = 20
 # The servers here are not KServe v2 (no metadata): the ranker's request preset, 1 candidate.
 JSON_PARAMS: dict[str, Any] = {
@@ -82,12 +81,8 @@ class Measured:
 
 
 def _window_figures(meter: Meter) -> tuple[float, float, float]:
-    # Each poll of nginx's status page is one request: ignore those, subtract them.
-    window = meter.active_window("requests", skip_s=2.0, tail_s=1.0, min_step=3)
-    if window is None:
-        raise RuntimeError("no requests reached nginx: the generator did not run")
-    t0, t1 = window
-    seconds = (t1 - t0) / SECOND
+    t0, t1, seconds = load_window(meter)
+    # Each poll of nginx's status page is one request: subtract them.
     polls = sum(1 for t, _ in meter.samples if t0 <= t < t1)
     requests = meter.between("requests", t0, t1) - polls
     cpu = meter.between("cpu", t0, t1) / seconds
@@ -95,13 +90,7 @@ def _window_figures(meter: Meter) -> tuple[float, float, float]:
 
 
 def _meter(port: int, word: str) -> Meter:
-    return Meter(
-        {
-            "requests": nginx_requests_probe(port),
-            "cpu": cpu_probe(children_matching(word)),
-            "nginx_cpu": cpu_probe(_nginx_process),
-        }
-    )
+    return nginx_meter(port, cpu=children_matching(word), nginx_cpu=_nginx_process)
 
 
 _NGINX: list[psutil.Process] = []

@@ -10,9 +10,9 @@ every inference with one prebuilt response (SCORES, FP32 [1, N]): binary
 tensors when the request used the binary extension, JSON tensors otherwise,
 a prebuilt `ModelInferResponse` over gRPC. No model runs.
 
-- `http`: a gevent StreamServer with a minimal HTTP/1.1 keep-alive parser
-  (as `bench/fixed_delay_server.py`; `Expect: 100-continue` answered), one
-  `sendall` per response with TCP_NODELAY.
+- `http`: a gevent StreamServer with the minimal HTTP/1.1 keep-alive loop of
+  `bench/_http1.py` (shared with `bench/fixed_delay_server.py`; `Expect:
+  100-continue` answered), one `sendall` per response with TCP_NODELAY.
 - `grpc`: `grpcio`'s server with tritonclient's generated servicer.
 
 **The server's own time** per inference is timed inside the server, from the
@@ -38,9 +38,14 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from hdrh.histogram import HdrHistogram
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._http1 import Request, connection_handler  # noqa: E402
 
 MODEL = "ranker"
 USER_DIM = 16  # = loadkit.target.config.USER_DIM
@@ -146,39 +151,21 @@ def _http_response(status: str, body: bytes, extra: str = "") -> bytes:
     return head.encode() + body
 
 
+def _infer_body(**scores: Any) -> dict[str, Any]:
+    """The one inference answer; `scores`: SCORES' `parameters` (binary) or `data` (JSON)."""
+    output = {"name": "SCORES", "datatype": "FP32", "shape": [1, CANDIDATES], **scores}
+    return {"model_name": MODEL, "model_version": "1", "outputs": [output]}
+
+
 def _binary_infer_response() -> bytes:
-    header = json.dumps(
-        {
-            "model_name": MODEL,
-            "model_version": "1",
-            "outputs": [
-                {
-                    "name": "SCORES",
-                    "datatype": "FP32",
-                    "shape": [1, CANDIDATES],
-                    "parameters": {"binary_data_size": len(SCORES)},
-                }
-            ],
-        }
-    ).encode()
+    header = json.dumps(_infer_body(parameters={"binary_data_size": len(SCORES)})).encode()
     extra = f"Inference-Header-Content-Length: {len(header)}\r\n"
     return _http_response("200 OK", header + SCORES, extra)
 
 
 def _json_infer_response() -> bytes:
-    body = {
-        "model_name": MODEL,
-        "model_version": "1",
-        "outputs": [
-            {
-                "name": "SCORES",
-                "datatype": "FP32",
-                "shape": [1, CANDIDATES],
-                "data": [0.0] * CANDIDATES,
-            }
-        ],
-    }
-    return _http_response("200 OK", json.dumps(body).encode())
+    body = json.dumps(_infer_body(data=[0.0] * CANDIDATES)).encode()
+    return _http_response("200 OK", body)
 
 
 def serve_http(port: int, times: ServerTimes) -> None:
@@ -220,52 +207,16 @@ def serve_http(port: int, times: ServerTimes) -> None:
             return _http_response("200 OK", json.dumps(times.statistics()).encode())
         return _http_response("404 Not Found", not_found)
 
-    def handle(sock: socket.socket, _address: object) -> None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        buf = b""
-        try:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                t0 = perf()
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                lines = head.split(b"\r\n")
-                method, target = lines[0].split(b" ", 2)[:2]
-                length = 0
-                binary = expect = False
-                for line in lines[1:]:
-                    name, _, value = line.partition(b":")
-                    name = name.strip().lower()
-                    if name == b"content-length":
-                        length = int(value)
-                    elif name == b"inference-header-content-length":
-                        binary = True
-                    elif name == b"expect":
-                        expect = True
-                if expect and len(buf) < length:
-                    sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
-                while len(buf) < length:
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                buf = buf[length:]
-                path = target.decode().split("?", 1)[0]
-                if method == b"POST" and path.endswith("/infer"):
-                    sock.sendall(binary_reply if binary else json_reply)
-                    times.record(perf() - t0)
-                else:
-                    sock.sendall(route(method, path))
-        except OSError:
-            return
-        finally:
-            sock.close()
+    def answer(sock: socket.socket, request: Request) -> None:
+        if request.method == b"POST" and request.path.endswith("/infer"):
+            binary = b"inference-header-content-length" in request.headers
+            sock.sendall(binary_reply if binary else json_reply)
+            times.record(perf() - request.head_ns)
+        else:
+            sock.sendall(route(request.method, request.path))
 
     gevent.signal_handler(signal.SIGUSR1, times.dump)
-    server = StreamServer(("127.0.0.1", port), handle, backlog=4096)
+    server = StreamServer(("127.0.0.1", port), connection_handler(answer), backlog=4096)
     server.start()
     print(server.server_port, flush=True)
     server.serve_forever()

@@ -24,19 +24,9 @@ from pathlib import Path
 
 import psutil
 
-from bench._support import (
-    REPO,
-    Meter,
-    children_matching,
-    cpu_probe,
-    nginx_endpoint,
-    nginx_requests_probe,
-    table,
-)
+from bench._support import REPO, children_matching, load_window, nginx_endpoint, nginx_meter, table
 from bench.generator_capacity import JSON_PARAMS
 from loadkit.load.orchestrator import run_scenario
-
-SECOND = 1_000_000_000
 
 
 def _locust_master() -> list[psutil.Process]:
@@ -52,13 +42,7 @@ def _locust_master() -> list[psutil.Process]:
 
 
 def measure(port: int, workers: int, rate: float, seconds: float, out: Path) -> list[object]:
-    meter = Meter(
-        {
-            "requests": nginx_requests_probe(port),
-            "master": cpu_probe(_locust_master),
-            "workers": cpu_probe(children_matching("--worker")),
-        }
-    )
+    meter = nginx_meter(port, master=_locust_master, workers=children_matching("--worker"))
     with meter:
         run_scenario(
             REPO / "scenarios" / "soak.py",
@@ -67,11 +51,7 @@ def measure(port: int, workers: int, rate: float, seconds: float, out: Path) -> 
             workers=workers,
             params={**JSON_PARAMS, "rate": rate, "duration_s": seconds},
         )
-    window = meter.active_window("requests", skip_s=2.0, tail_s=1.0, min_step=3)
-    if window is None:
-        raise RuntimeError("no requests reached nginx")
-    t0, t1 = window
-    span = (t1 - t0) / SECOND
+    t0, t1, span = load_window(meter)
     master = meter.between("master", t0, t1) / span
     worker_cpu = meter.between("workers", t0, t1) / span
     achieved = meter.between("requests", t0, t1) / span

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from loadkit.analysis.breakdown import episode_mask, growth
+from loadkit.analysis.breakdown import baseline_medians, episode_mask, growth
 from loadkit.analysis.causes import BY_ID, REGISTRY, STANDING, UNEXPLAINED, Cause
 from loadkit.analysis.causes._gpu_clock import CLOCK_DROP_RATIO, POWER_AT_LIMIT, REASON_SHARE
 from loadkit.analysis.causes.base import (
@@ -318,8 +318,10 @@ def attribute(
     }
     left = [e for e in episodes if e.episode_id not in explained]
     fallback = [c for c in causes if c.kind == UNEXPLAINED]
+    parts = components(sig)
+    medians = baseline_medians(parts, baseline)
     grew = Counter(
-        growth(components(sig), episode_mask(e, sig.starts_ns), baseline)[0] for e in left
+        growth(parts, episode_mask(e, sig.starts_ns), baseline, medians)[0] for e in left
     )
     # The part of the latency that grew in most of the episodes left over names the finding.
     component = grew.most_common(1)[0][0] if grew else None

@@ -31,17 +31,32 @@ def episode_mask(e: SpikeEpisode, starts_ns: np.ndarray) -> np.ndarray:
     return (starts_ns >= e.start_ns) & (starts_ns < e.end_ns)
 
 
+def baseline_medians(parts: dict[str, np.ndarray], baseline: np.ndarray) -> dict[str, float | None]:
+    """Each component's median over the baseline windows (the same for every episode)."""
+    return {name: median(values, baseline) for name, values in parts.items()}
+
+
 def growth(
-    parts: dict[str, np.ndarray], mask: np.ndarray, baseline: np.ndarray
+    parts: dict[str, np.ndarray],
+    mask: np.ndarray,
+    baseline: np.ndarray,
+    medians: dict[str, float | None] | None = None,
 ) -> tuple[str | None, float | None]:
-    """The component that grew most in `mask` over its baseline median, and by how much (ms)."""
+    """The component that grew most in `mask` over its baseline median, and by how much (ms).
+
+    `medians`: `baseline_medians(parts, baseline)`, computed once when labelling
+    many episodes (a median of ~86,000 windows per component per episode took
+    10 s of a 24 h run's analysis).
+    """
+    if medians is None:
+        medians = baseline_medians(parts, baseline)
     best: tuple[str | None, float | None] = (None, None)
     ratios: dict[str, float] = {}
     excesses: dict[str, float] = {}
     for name, values in parts.items():
         sel = values[mask]
         sel = sel[~np.isnan(sel)]
-        base = median(values, baseline)
+        base = medians[name]
         if not sel.size or base is None:
             continue
         excess = float(sel.mean()) - base
@@ -72,4 +87,7 @@ def label_episodes(
     baseline: np.ndarray,
 ) -> dict[str, tuple[str | None, float | None]]:
     """Per episode id: the component that grew most, and by how much."""
-    return {e.episode_id: growth(parts, episode_mask(e, starts_ns), baseline) for e in episodes}
+    medians = baseline_medians(parts, baseline)
+    return {
+        e.episode_id: growth(parts, episode_mask(e, starts_ns), baseline, medians) for e in episodes
+    }

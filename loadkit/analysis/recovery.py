@@ -7,25 +7,57 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadkit.analysis.latency_counts import LatencyCounts
+from loadkit.analysis.latency_counts import LatencyCounts, bucket_layout
 from loadkit.analysis.model import BurstRecovery
-from loadkit.analysis.percentiles import merge
 
 RECOVERY_SPAN_S = 5.0  # P99 is judged over 5 s
 RECOVERY_HOLD_S = 10.0  # and must stay in band this long
 PRE_BURST_S = 30.0
 
 
+# Cells (windows x buckets used) of the dense table `rolling_p99` sums a chunk of windows in.
+ROLLING_CHUNK_CELLS = 1 << 20  # 8 MB per int64 table: small beside the whole run held in memory
+
+
 def rolling_p99(
     histograms: Sequence[LatencyCounts | None], window_s: float, span_s: float = RECOVERY_SPAN_S
 ) -> np.ndarray:
-    """P99 over the trailing `span_s` at each window, from merged histograms."""
+    """P99 over the trailing `span_s` at each window, from merged histograms.
+
+    Read as the library reads the merged histogram (highest equivalent value
+    of the first bucket whose cumulative count reaches its target count), for
+    a chunk of windows at once: the histograms go into a dense table of the
+    buckets the run uses, summed over the span by a cumulative sum. Merging
+    the span's histograms window by window took ~8 s of a 24 h analysis.
+    """
+    n = len(histograms)
     k = max(1, int(round(span_s / window_s)))
-    out = np.full(len(histograms), np.nan)
-    for i in range(len(histograms)):
-        merged = merge(histograms[max(0, i - k + 1) : i + 1])
-        if merged.get_total_count():
-            out[i] = merged.get_value_at_percentile(99.0) / 1000.0
+    out = np.full(n, np.nan)
+    filled = [(i, h) for i, h in enumerate(histograms) if h is not None and h.index.size]
+    if not filled:
+        return out
+    rows = np.repeat([i for i, _ in filled], [h.index.size for _, h in filled])
+    used, cols = np.unique(np.concatenate([h.index for _, h in filled]), return_inverse=True)
+    counts = np.concatenate([h.count for _, h in filled])
+    highest = bucket_layout().highest[used]
+    step = max(1, ROLLING_CHUNK_CELLS // used.size)
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        first = max(0, lo - k + 1)
+        a, b = np.searchsorted(rows, [first, hi])
+        # Row 0 stays zero so that every span is a difference of cumulative rows.
+        table = np.zeros((hi - first + 1, used.size), dtype=np.int64)
+        table[rows[a:b] - first + 1, cols[a:b]] = counts[a:b]  # one entry per window and bucket
+        table = np.cumsum(table, axis=0, out=table)
+        ends = np.arange(lo, hi)
+        span = table[ends - first + 1] - table[np.maximum(ends - k + 1, 0) - first]
+        cumulative = np.cumsum(span, axis=1, out=span)
+        total = cumulative[:, -1]
+        # The library's target count, in the same float arithmetic (percentiles_us).
+        target = np.maximum((99.0 * total / 100 + 0.5).astype(np.int64), 1)
+        pos = np.count_nonzero(cumulative < target[:, None], axis=1)
+        some = total > 0
+        out[lo:hi][some] = highest[pos[some]] / 1000.0
     return out
 
 
@@ -106,38 +138,30 @@ def burst_recovery(
     peak = float(np.nanmax(seg)) if seg.size and not np.all(np.isnan(seg)) else None
     area = float(np.nansum(np.clip(seg - median, 0, None)) * window_s) if seg.size else None
     if recovered_at is None:
-        return BurstRecovery(
-            burst.start_ns,
-            burst.end_ns,
-            burst.rate,
-            median,
-            band,
-            False,
-            None,
-            None,
-            peak,
-            None if peak is None else peak - median,
-            area,
-            detail=f"P99 (5 s) did not stay under {band:.1f} ms for {RECOVERY_HOLD_S:.0f} s before the run ended",
-            **extras,
+        recovery_s = rec_ns = None
+        detail = (
+            f"P99 (5 s) did not stay under {band:.1f} ms for {RECOVERY_HOLD_S:.0f} s "
+            "before the run ended"
         )
-    rec_ns = int(starts_ns[recovered_at])
-    recovery_s = max(0.0, (rec_ns - end_ns) / 1e9)
+    else:
+        rec_ns = int(starts_ns[recovered_at])
+        recovery_s = max(0.0, (rec_ns - end_ns) / 1e9)
+        detail = (
+            f"P99 (5 s) back under {band:.1f} ms and held {RECOVERY_HOLD_S:.0f} s, "
+            f"{recovery_s:.0f} s after the burst ended"
+        )
     return BurstRecovery(
         burst.start_ns,
         burst.end_ns,
         burst.rate,
         median,
         band,
-        True,
+        recovered_at is not None,
         recovery_s,
         rec_ns,
         peak,
         None if peak is None else peak - median,
         area,
-        detail=f"P99 (5 s) back under {band:.1f} ms and held {RECOVERY_HOLD_S:.0f} s, {recovery_s:.0f} s after the burst ended",
+        detail=detail,
         **extras,
     )
-
-
-__all__ = ["BurstPhase", "burst_recovery", "rolling_p99"]

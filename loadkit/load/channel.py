@@ -32,6 +32,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from loadkit.load.recorder import FileSink
+from loadkit.rundir.schema import LoadRow, RequestRow
 
 RECORDS = "loadkit-records"  # worker -> master: one interval's records
 ACK = "loadkit-ack"  # master -> worker: {"seq": n}
@@ -110,10 +111,10 @@ class ChannelSink:
         payload = histogram.encode().decode("ascii")
         self._current["hists"].append([tag, start_ns, end_ns, histogram.get_max_value(), payload])
 
-    def load(self, row: dict[str, Any]) -> None:
+    def load(self, row: LoadRow) -> None:
         self._current["load"].append(row)
 
-    def request(self, row: dict[str, Any]) -> None:
+    def request(self, row: RequestRow) -> None:
         self._current["requests"].append(row)
 
     def event(self, kind: str, name: str, **attrs: Any) -> None:

@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack, closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
@@ -430,6 +430,18 @@ class RunOptions:
     before_start: Callable[[RunWriter], None] | None = None
     command_line: list[str] | None = None
 
+    @classmethod
+    def of(cls, *, workers: int | Workers = 0, **keywords: Any) -> RunOptions:
+        """From flat keywords: RunOptions' fields and LiveOptions' (`workers` may be a count)."""
+        live_names = {f.name for f in fields(LiveOptions)}
+        live = {k: v for k, v in keywords.items() if k in live_names}
+        rest = {k: v for k, v in keywords.items() if k not in live_names}
+        return cls(
+            workers=workers if isinstance(workers, Workers) else Workers(local=workers),
+            live=LiveOptions(**live),
+            **rest,
+        )
+
 
 def distributed_manifest(run_dir: Path) -> dict[str, Any] | None:
     """`manifest.distributed` from the master's `distributed` events (None: no workers)."""
@@ -755,49 +767,13 @@ class LoadRun:
             writer.finalize(self.status)
 
 
-def run_scenario(
-    scenario_path: str | os.PathLike[str],
-    target_url: str,
-    *,
-    duration_s: float | None = None,
-    workers: int | Workers = 0,
-    seed: int = 0,
-    out_dir: str | os.PathLike[str] = "reports",
-    params: Mapping[str, Any] | None = None,
-    run_id: str | None = None,
-    on_progress: Callable[[LiveSnapshot], None] | None = None,
-    show_progress: bool = False,
-    progress_every_s: float = 5.0,
-    abort_on: Sequence[str | AbortCondition] = (),
-    serve_metrics: tuple[str, int] | None = None,
-    extra_manifest: Mapping[str, Any] | None = None,
-    before_start: Callable[[RunWriter], None] | None = None,
-    telemetry: TelemetryOptions | None = None,
-    command_line: list[str] | None = None,
-) -> Path:
+def run_scenario(scenario_path: str | os.PathLike[str], target_url: str, **keywords: Any) -> Path:
     """Run one scenario against `target_url`; return the run directory (see `LoadRun`).
 
-    Keyword arguments for scripts and benchmarks; `LoadRun` with `RunOptions` is the object.
+    Keyword arguments for scripts and benchmarks: the fields of `RunOptions`
+    and of its `LiveOptions` (`RunOptions.of`); `LoadRun` with `RunOptions` is the object.
     """
-    options = RunOptions(
-        duration_s=duration_s,
-        seed=seed,
-        out_dir=out_dir,
-        params=params,
-        run_id=run_id,
-        workers=workers if isinstance(workers, Workers) else Workers(local=workers),
-        live=LiveOptions(
-            on_progress=on_progress,
-            show_progress=show_progress,
-            progress_every_s=progress_every_s,
-            abort_on=abort_on,
-            serve_metrics=serve_metrics,
-        ),
-        telemetry=telemetry,
-        extra_manifest=extra_manifest,
-        before_start=before_start,
-        command_line=command_line,
-    )
+    options = RunOptions.of(**keywords)
     with LoadRun(scenario_path, target_url, options) as run:
         run.wait()
     return run.run_dir

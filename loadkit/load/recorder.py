@@ -40,6 +40,7 @@ from hdrh.histogram import HdrHistogram
 
 from loadkit.rundir import IntervalLogWriter, JsonlWriter, append_event, new_histogram
 from loadkit.rundir.layout import LATENCY_DIR, LOAD_DIR, REQUESTS_DIR
+from loadkit.rundir.schema import LoadRow, RequestRow
 from loadkit.rundir.segments import SEGMENT_S
 
 INTERVAL_NS = 1_000_000_000
@@ -72,8 +73,8 @@ class RecordSink(Protocol):
     """Where one process's per-interval records go (files, or the master)."""
 
     def histogram(self, tag: str, start_ns: int, end_ns: int, histogram: HdrHistogram) -> None: ...
-    def load(self, row: dict[str, Any]) -> None: ...
-    def request(self, row: dict[str, Any]) -> None: ...
+    def load(self, row: LoadRow) -> None: ...
+    def request(self, row: RequestRow) -> None: ...
     def event(self, kind: str, name: str, **attrs: Any) -> None: ...
     def interval_done(self) -> None:
         """One interval's records are all given: histograms, load rows, requests."""
@@ -114,7 +115,7 @@ class FileSink:
         self._hlog.write_encoded(tag, start_ns, end_ns, max_us, payload)
         self._hlog_dirty = True
 
-    def load(self, row: dict[str, Any]) -> None:
+    def load(self, row: LoadRow) -> None:
         # Histograms before the load rows that announce them: a live reader that
         # sees an interval's load rows (docs/run-format.md) has its histograms.
         if self._hlog is not None and self._hlog_dirty:
@@ -122,7 +123,7 @@ class FileSink:
             self._hlog_dirty = False
         self._load.write(row)
 
-    def request(self, row: dict[str, Any]) -> None:
+    def request(self, row: RequestRow) -> None:
         self._requests.write(row)
 
     def event(self, kind: str, name: str, **attrs: Any) -> None:
@@ -154,7 +155,7 @@ class _Sample:
     error_kind: str | None
     connection_new: bool
 
-    def row(self, why: str) -> dict[str, Any]:
+    def row(self, why: str) -> RequestRow:
         return {
             "t_ns": self.intended_ns,
             "sent_ns": self.sent_ns,

@@ -7,8 +7,8 @@ builder) and the reader must agree on are defined here once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, TypedDict, cast
 
 # NVML's clock-event (throttle) reason bits, nvmlClocksEventReason*: gpu.jsonl holds
 # the mask (`clocks_event_reasons`) and one `reason_<name>` bool per bit.
@@ -37,12 +37,309 @@ REASON_COLUMNS: dict[str, int] = {
 }
 
 
-def decode_reasons(mask: int | None) -> dict[str, bool | None]:
+class ReasonColumns(TypedDict, total=False):
+    """gpu.jsonl's `reason_<name>` bools, one per bit of `CLOCK_EVENT_REASONS`."""
+
+    reason_gpu_idle: bool | None
+    reason_applications_clocks: bool | None
+    reason_sw_power_cap: bool | None
+    reason_hw_slowdown: bool | None
+    reason_sync_boost: bool | None
+    reason_sw_thermal: bool | None
+    reason_hw_thermal: bool | None
+    reason_hw_power_brake: bool | None
+    reason_display_clocks: bool | None
+
+
+def decode_reasons(mask: int | None) -> ReasonColumns:
     """`{"reason_<name>": bool}` for each known bit; all None when the mask is unknown."""
-    return {
-        column: (None if mask is None else bool(mask & bit))
-        for column, bit in REASON_COLUMNS.items()
-    }
+    return cast(
+        ReasonColumns,
+        {
+            column: (None if mask is None else bool(mask & bit))
+            for column, bit in REASON_COLUMNS.items()
+        },
+    )
+
+
+# --- JSON Lines rows ------------------------------------------------------------------
+#
+# One TypedDict per series (docs/run-format.md): the producers (load recorder, samplers,
+# importers, the synthetic-run builder) annotate the rows they build with it, so mypy
+# holds every literal key to the schema; a unit test holds the docs' field lists and
+# the rows real producers write (computed `<counter>_delta` keys too) to `row_fields`.
+# TypedDicts are plain dicts at run time: nothing is added to the load generator's
+# per-interval writes.
+
+
+def delta_key(counter: str) -> str:
+    """The per-interval delta column of a cumulative counter."""
+    return f"{counter}_delta"
+
+
+class _LoadRowKeys(TypedDict):
+    """The keys every `LoadRow` has."""
+
+    t_ns: int
+    interval_ns: int
+    process: str
+    name: str
+    offered: int
+    started: int
+    ok: int
+    errors: int
+    dropped: int
+    in_flight: int
+    out_of_range: int
+    error_kinds: dict[str, int]
+
+
+class LoadRow(_LoadRowKeys, total=False):
+    """`load/<process>.jsonl`: one row per process, interval and request name."""
+
+    dispatch_lag_max_ms: float  # open model
+    completion_gaps: list[list[int]]  # absent in runs recorded before it
+
+
+class _RequestRowKeys(TypedDict):
+    """The keys every `RequestRow` has."""
+
+    t_ns: int  # intended send
+    sent_ns: int
+    done_ns: int
+    name: str
+    ok: bool
+    error_kind: str | None
+    connection_new: bool
+
+
+class RequestRow(_RequestRowKeys, total=False):
+    """`requests/<process>.jsonl`: one sampled request."""
+
+    sampled: str  # "reservoir" or "slowest"
+
+
+class _GpuRowKeys(TypedDict):
+    """The keys every `GpuRow` has."""
+
+    t_ns: int
+
+
+class GpuLimits(TypedDict, total=False):
+    """A device's fixed limits, repeated on each of its gpu.jsonl rows (read once by the sampler)."""
+
+    sm_clock_max_mhz: float | None
+    mem_clock_max_mhz: float | None
+    temp_slowdown_c: float | None
+    temp_shutdown_c: float | None
+    temp_max_operating_c: float | None
+
+
+class GpuRow(_GpuRowKeys, GpuLimits, ReasonColumns, total=False):
+    """`telemetry/gpu.jsonl`: one row per device per sample (NVML, simulated or imported)."""
+
+    gpu: int
+    util_gpu_pct: float | None
+    util_mem_pct: float | None
+    mem_used_bytes: int | None
+    mem_total_bytes: int | None
+    sm_clock_mhz: float | None
+    mem_clock_mhz: float | None
+    temp_c: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    energy_mj: int | None
+    clocks_event_reasons: int | None
+    violation_power_ns: int | None
+    violation_thermal_ns: int | None
+    pcie_tx_kbps: float | None
+    pcie_rx_kbps: float | None
+    proc_mem_bytes: int | None
+    simulated: bool
+    gpu_lost: bool
+    # Imported rows (`loadkit import`): where they came from, DCGM's host and
+    # device, and the fields nvidia-smi / DCGM give that NVML sampling does not.
+    imported_from: str
+    host: str | None
+    uuid: str | None
+    name: str | None
+    pci_bus_id: str | None
+    pstate: str | None
+    driver_version: str | None
+    mem_free_bytes: int | None
+    mem_temp_c: float | None
+    graphics_clock_mhz: float | None
+    fan_pct: float | None
+    util_enc_pct: float | None
+    util_dec_pct: float | None
+    util_jpg_pct: float | None
+    util_ofa_pct: float | None
+    violation_power_pct: float | None
+    violation_thermal: float | None
+    bar1_used_bytes: int | None
+    ccpm_used_bytes: int | None
+    ecc_sbe_errors: int | None
+    ecc_dbe_errors: int | None
+    pcie_replay_errors: int | None
+    gr_engine_active: float | None
+    sm_active: float | None
+    dram_active: float | None
+
+
+# host.jsonl's cumulative counters: each has a `<name>_delta` column beside it.
+HOST_COUNTERS = (
+    "psi_cpu_some_total_us",
+    "server_ctx_vol",
+    "server_ctx_invol",
+    "cgroup_nr_periods",
+    "cgroup_nr_throttled",
+    "cgroup_throttled_ns",
+    "tcp_active_opens",
+    "tcp_passive_opens",
+)
+
+
+class _HostRowKeys(TypedDict):
+    """The keys every `HostRow` has."""
+
+    t_ns: int
+
+
+class HostRow(_HostRowKeys, total=False):
+    """`telemetry/host.jsonl`: one row per sample of the generator's host and the server."""
+
+    cpu_pct: float | None
+    cpu_per_core_pct: list[float]
+    cores: int
+    load1: float | None
+    psi_cpu_some_avg10: float | None
+    psi_cpu_some_total_us: int | None
+    psi_cpu_some_total_us_delta: int | None
+    server_cpu_pct: float | None
+    server_processes: int | None
+    server_threads: int | None
+    server_ctx_vol: int | None
+    server_ctx_vol_delta: int | None
+    server_ctx_invol: int | None
+    server_ctx_invol_delta: int | None
+    server_rss_bytes: int | None
+    cgroup_version: int | None
+    cgroup_path: str | None
+    cgroup_nr_periods: int | None
+    cgroup_nr_periods_delta: int | None
+    cgroup_nr_throttled: int | None
+    cgroup_nr_throttled_delta: int | None
+    cgroup_throttled_ns: int | None
+    cgroup_throttled_ns_delta: int | None
+    tcp_active_opens: int | None
+    tcp_active_opens_delta: int | None
+    tcp_passive_opens: int | None
+    tcp_passive_opens_delta: int | None
+    tcp_new_connections: int | None
+    server_tcp_ports: list[int] | None
+    server_new_connections: int | None
+    mem_used_bytes: int
+    mem_available_bytes: int
+
+
+# triton_stats.jsonl's cumulative counters (flattened from one model_stats entry),
+# each with a `<name>_delta` column beside it.
+TRITON_COUNTERS = (
+    "inference_count",
+    "execution_count",
+    "success_count",
+    "success_ns",
+    "fail_count",
+    "fail_ns",
+    "queue_count",
+    "queue_ns",
+    "compute_input_ns",
+    "compute_infer_ns",
+    "compute_output_ns",
+    "batch_compute_infer_ns",
+)
+
+
+class _TritonStatsRowKeys(TypedDict):
+    """The keys every `TritonStatsRow` has."""
+
+    t_ns: int
+    interval_ns: int
+    model: str
+    version: str
+
+
+class TritonStatsRow(_TritonStatsRowKeys, total=False):
+    """`telemetry/triton_stats.jsonl`: one row per model version per interval."""
+
+    reset: bool
+    inference_count: int
+    inference_count_delta: int
+    execution_count: int
+    execution_count_delta: int
+    success_count: int
+    success_count_delta: int
+    success_ns: int
+    success_ns_delta: int
+    fail_count: int
+    fail_count_delta: int
+    fail_ns: int
+    fail_ns_delta: int
+    queue_count: int
+    queue_count_delta: int
+    queue_ns: int
+    queue_ns_delta: int
+    compute_input_ns: int
+    compute_input_ns_delta: int
+    compute_infer_ns: int
+    compute_infer_ns_delta: int
+    compute_output_ns: int
+    compute_output_ns_delta: int
+    batch_compute_infer_ns: int
+    batch_compute_infer_ns_delta: int
+    batch_sizes: dict[str, int]
+    batch_size_mean: float | None
+    queue_us_per_request: float | None
+    compute_infer_us_per_request: float | None
+    compute_infer_us_per_batch: float | None
+    compute_infer_us_by_batch_size: dict[str, float | None]
+    request_us_per_request: float | None
+
+
+class _MetricRowKeys(TypedDict):
+    """The keys every `MetricRow` has."""
+
+    t_ns: int
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+class MetricRow(_MetricRowKeys, total=False):
+    """`telemetry/metrics.jsonl`: one row per selected Prometheus sample per scrape."""
+
+    delta: float | None  # counter-like samples
+    reset: bool
+
+
+def row_fields(row_type: type) -> tuple[str, ...]:
+    """A row type's keys in the order they are declared (base classes first)."""
+    names: dict[str, None] = {}
+    for klass in reversed(row_type.__mro__):
+        names.update(dict.fromkeys(getattr(klass, "__annotations__", {})))
+    return tuple(names)
+
+
+def required_fields(row_type: type) -> frozenset[str]:
+    return frozenset(getattr(row_type, "__required_keys__", ()))
+
+
+def row_problems(row: Mapping[str, Any], row_type: type) -> list[str]:
+    """What keeps `row` from being a `row_type`: required keys missing, keys it does not declare."""
+    declared = row_fields(row_type)
+    missing = sorted(required_fields(row_type) - set(row))
+    unknown = [k for k in row if k not in declared]
+    return [f"missing {k}" for k in missing] + [f"not in {row_type.__name__}: {k}" for k in unknown]
 
 
 # --- manifest.json -------------------------------------------------------------------
@@ -217,9 +514,12 @@ class Manifest:
     environment: Environment
     sources: tuple[Source, ...]
     notes: tuple[str, ...]
-    abort_on: tuple[str, ...]
-    abort: dict[str, Any] | None
+    # Keys added after the first runs: absent in older manifests.
+    abort_on: tuple[str, ...] = ()
+    abort: dict[str, Any] | None = None
     distributed: dict[str, Any] | None = None  # Locust workers: clocks, losses
+    metrics_endpoint: str | None = None  # the live Prometheus endpoint (--serve-metrics PORT)
+    demo: dict[str, Any] | None = None  # loadkit demo's cooling-fault schedule
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Manifest:
@@ -245,6 +545,8 @@ class Manifest:
             abort_on=tuple(str(c) for c in _list(raw.get("abort_on"))),
             abort=dict(abort) if isinstance(abort, Mapping) else None,
             distributed=dict(d) if isinstance(d := raw.get("distributed"), Mapping) else None,
+            metrics_endpoint=_str(raw.get("metrics_endpoint")),
+            demo=dict(demo) if isinstance(demo := raw.get("demo"), Mapping) else None,
         )
 
     @property
@@ -254,10 +556,45 @@ class Manifest:
 
 
 MANIFEST_KEYS = tuple(f.name for f in fields(Manifest))
+# Every manifest loadkit writes has these (the fields without a default).
+MANIFEST_REQUIRED_KEYS = tuple(
+    f.name for f in fields(Manifest) if f.default is MISSING and f.default_factory is MISSING
+)
+
+
+def check_manifest(raw: Mapping[str, Any]) -> None:
+    """Raise ValueError unless `raw` has every required key of `Manifest` and no other key.
+
+    The writer calls it: a manifest is held to the schema when written, not
+    when a reader months later misses a key.
+    """
+    missing = [k for k in MANIFEST_REQUIRED_KEYS if k not in raw]
+    unknown = [k for k in raw if k not in MANIFEST_KEYS]
+    if missing or unknown:
+        raise ValueError(
+            f"manifest does not match loadkit.rundir.schema.Manifest: missing {missing}, "
+            f"unknown {unknown} (a new key is a field of Manifest and a row of docs/run-format.md)"
+        )
 
 
 __all__ = [
+    "HOST_COUNTERS",
     "MANIFEST_KEYS",
+    "MANIFEST_REQUIRED_KEYS",
+    "TRITON_COUNTERS",
+    "GpuLimits",
+    "GpuRow",
+    "HostRow",
+    "LoadRow",
+    "MetricRow",
+    "ReasonColumns",
+    "RequestRow",
+    "TritonStatsRow",
+    "check_manifest",
+    "delta_key",
+    "required_fields",
+    "row_fields",
+    "row_problems",
     "Environment",
     "Gpu",
     "Host",

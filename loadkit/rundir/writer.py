@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,6 +23,7 @@ from loadkit.rundir.layout import (
     SCHEMA_VERSION,
     TELEMETRY_DIR,
 )
+from loadkit.rundir.schema import check_manifest
 from loadkit.rundir.segments import SEGMENT_S, parse_series_file, segment_name
 
 FLUSH_INTERVAL_S = 0.5
@@ -46,7 +48,7 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def dumps_row(row: dict[str, Any]) -> str:
+def dumps_row(row: Mapping[str, Any]) -> str:
     return json.dumps(row, separators=(",", ":"), default=_json_default, allow_nan=False)
 
 
@@ -111,7 +113,8 @@ class JsonlWriter:
         self._stem = self.path.name.removesuffix(".jsonl")
         self._pending: list[_SegmentCompressor] = []
 
-    def write(self, row: dict[str, Any]) -> None:
+    def write(self, row: Mapping[str, Any]) -> None:
+        """Append one row (a schema row type, loadkit/rundir/schema.py)."""
         if self._file is None:
             raise ValueError(f"{self.path} is closed")
         self._file.write(dumps_row(row) + "\n")
@@ -178,7 +181,11 @@ def append_event(run_dir: str | os.PathLike[str], kind: str, name: str, **attrs:
 
 
 def write_manifest(run_dir: str | os.PathLike[str], manifest: dict[str, Any]) -> None:
-    """Write manifest.json atomically (temp file + rename) so readers never see half of it."""
+    """Write manifest.json atomically (temp file + rename) so readers never see half of it.
+
+    Held to `schema.Manifest` first: every required key, no key it does not know.
+    """
+    check_manifest(manifest)
     path = Path(run_dir) / MANIFEST_FILE
     tmp = path.with_suffix(".json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -288,6 +295,7 @@ class RunWriter:
         append_event(self.path, kind, name, **attrs)
 
     def update(self, **changes: Any) -> None:
+        check_manifest({**self.manifest, **changes})  # a refused key leaves the manifest as it was
         self.manifest.update(changes)
         write_manifest(self.path, self.manifest)
 

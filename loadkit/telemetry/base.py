@@ -10,6 +10,7 @@ go on without it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from loadkit.errors import LoadkitError
@@ -17,6 +18,8 @@ from loadkit.errors import LoadkitError
 log = logging.getLogger("loadkit.telemetry")
 
 Row = dict[str, Any]
+# A sampler's rows are its series' row type (loadkit/rundir/schema.py: GpuRow, HostRow, ...).
+SeriesRow = Mapping[str, Any]
 
 
 class SourceUnavailable(LoadkitError):
@@ -30,7 +33,7 @@ class Sampler(Protocol):
 
     def open(self) -> None: ...
 
-    def sample(self, t_ns: int) -> list[Row]: ...
+    def sample(self, t_ns: int) -> Sequence[SeriesRow]: ...
 
     def close(self) -> None: ...
 

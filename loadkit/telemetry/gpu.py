@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from loadkit.rundir.schema import decode_reasons
+from loadkit.rundir.schema import GpuLimits, GpuRow, decode_reasons
 from loadkit.telemetry.base import Row, SourceUnavailable, WarnOnce
 
 GPU_CHOICES = ("auto", "nvml", "sim", "none")
@@ -61,7 +61,7 @@ class GpuSampler:
         self._reasons_fn: Callable[[Any], int] | None = None
         self._n = 0
         self._initialized = False
-        self._static: dict[int, Row] = {}
+        self._static: dict[int, GpuLimits] = {}
 
     # --- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -149,7 +149,7 @@ class GpuSampler:
         devices = []
         for index, handle in self._handles.items():
             limit_mw = self._q("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-            static = self._static.get(index, {})
+            static: GpuLimits = self._static.get(index, {})
             devices.append(
                 {
                     "index": index,
@@ -168,9 +168,9 @@ class GpuSampler:
         return devices
 
     # --- sampling --------------------------------------------------------
-    def sample(self, t_ns: int) -> list[Row]:
+    def sample(self, t_ns: int) -> list[GpuRow]:
         self._n += 1
-        rows = []
+        rows: list[GpuRow] = []
         for index, handle in list(self._handles.items()):
             if index in self._lost:
                 continue
@@ -185,9 +185,9 @@ class GpuSampler:
                 rows.append({"t_ns": t_ns, "gpu": index, "gpu_lost": True})
         return rows
 
-    def _sample_device(self, t_ns: int, index: int, handle: Any) -> Row:
+    def _sample_device(self, t_ns: int, index: int, handle: Any) -> GpuRow:
         nvml, q = self.nvml, self._q
-        row: Row = {"t_ns": t_ns, "gpu": index}
+        row: GpuRow = {"t_ns": t_ns, "gpu": index}
         if self.simulated:
             row["simulated"] = True
         util = q("utilization", nvml.nvmlDeviceGetUtilizationRates, handle)

@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 
-from loadkit.telemetry.base import Row, WarnOnce
+from loadkit.rundir.schema import HostRow, delta_key
+from loadkit.telemetry.base import WarnOnce
 
 DEFAULT_HOST_INTERVAL_S = 0.5
 
@@ -203,8 +204,8 @@ class HostSampler:
     def drain_warnings(self) -> list[str]:
         return self._warn.drain()
 
-    def sample(self, t_ns: int) -> list[Row]:
-        row: Row = {"t_ns": t_ns}
+    def sample(self, t_ns: int) -> list[HostRow]:
+        row: HostRow = {"t_ns": t_ns}
         per_core = psutil.cpu_percent(percpu=True)
         row["cpu_per_core_pct"] = per_core
         row["cpu_pct"] = round(sum(per_core) / len(per_core), 2) if per_core else None
@@ -226,12 +227,14 @@ class HostSampler:
         return [row]
 
     # --- pieces ----------------------------------------------------------
-    def _counter(self, row: Row, key: str, value: int | None) -> None:
-        row[key] = value
-        row[f"{key}_delta"] = _delta(value, self._prev.get(key))
+    def _counter(self, row: HostRow, key: str, value: int | None) -> None:
+        # `key` is one of schema.HOST_COUNTERS (a unit test holds the rows to HostRow).
+        cells = cast(dict[str, Any], row)
+        cells[key] = value
+        cells[delta_key(key)] = _delta(value, self._prev.get(key))
         self._prev[key] = value
 
-    def _psi(self, row: Row) -> None:
+    def _psi(self, row: HostRow) -> None:
         text = _read(self.proc_root / "pressure" / "cpu")
         if text is None:
             self._warn.warn("psi", "CPU pressure (PSI) not available on this kernel; null")
@@ -242,10 +245,9 @@ class HostSampler:
         row["psi_cpu_some_avg10"] = avg10
         self._counter(row, "psi_cpu_some_total_us", total)
 
-    def _server(self, row: Row, elapsed_s: float | None) -> None:
-        keys = ("server_cpu_pct", "server_rss_bytes", "server_threads", "server_processes")
-        for key in keys:
-            row[key] = None
+    def _server(self, row: HostRow, elapsed_s: float | None) -> None:
+        row["server_cpu_pct"] = row["server_rss_bytes"] = None
+        row["server_threads"] = row["server_processes"] = None
         if self.server_pid is None:
             return
         try:
@@ -319,7 +321,7 @@ class HostSampler:
         self._run_delay_total = (self._run_delay_total or 0) + max(0, grew)
         return self._run_delay_total
 
-    def _cgroup(self, row: Row) -> None:
+    def _cgroup(self, row: HostRow) -> None:
         pid = self.server_pid or os.getpid()
         text = _read(self.proc_root / str(pid) / "cgroup") or _read(
             self.proc_root / "self" / "cgroup"
@@ -344,7 +346,7 @@ class HostSampler:
         self._counter(row, "cgroup_nr_throttled", found.nr_throttled if found else None)
         self._counter(row, "cgroup_throttled_ns", found.throttled_ns if found else None)
 
-    def _tcp(self, row: Row) -> None:
+    def _tcp(self, row: HostRow) -> None:
         opens = parse_tcp_opens(_read(self.proc_root / "net" / "snmp") or "")
         if opens is None:
             self._warn.warn("tcp", "/proc/net/snmp has no Tcp counters; no connection churn")
@@ -372,7 +374,7 @@ class HostSampler:
         self._server_ports = ports
         return ports
 
-    def _server_tcp(self, row: Row) -> None:
+    def _server_tcp(self, row: HostRow) -> None:
         """New connections to the server's own ports since the last sample.
 
         Unlike the host-wide TCP opens, other processes' connections do not

@@ -20,6 +20,7 @@ from urllib.parse import quote
 from loadkit.errors import TargetError
 from loadkit.rundir import IntervalLogWriter, JsonlWriter, new_histogram, now_ns
 from loadkit.rundir.layout import LATENCY_DIR, LOAD_DIR
+from loadkit.rundir.schema import LoadRow
 from loadkit.telemetry.http import HttpGetError, KeepAliveGetter
 
 PROCESS_NAME = "probe"
@@ -149,20 +150,19 @@ class Prober:
             hlog.write(f"service:{REQUEST_NAME}", start, end, service)
             hlog.flush()
         if window["offered"]:
-            counters.write(
-                {
-                    "t_ns": start,
-                    "interval_ns": INTERVAL_NS,
-                    "process": PROCESS_NAME,
-                    "name": REQUEST_NAME,
-                    "offered": window["offered"],
-                    "started": window["offered"],
-                    "ok": window["ok"],
-                    "errors": window["errors"],
-                    "dropped": 0,
-                    "in_flight": 0,
-                    "out_of_range": 0,
-                    "error_kinds": window["kinds"],
-                }
-            )
+            row: LoadRow = {
+                "t_ns": start,
+                "interval_ns": INTERVAL_NS,
+                "process": PROCESS_NAME,
+                "name": REQUEST_NAME,
+                "offered": window["offered"],
+                "started": window["offered"],
+                "ok": window["ok"],
+                "errors": window["errors"],
+                "dropped": 0,
+                "in_flight": 0,
+                "out_of_range": 0,
+                "error_kinds": window["kinds"],
+            }
+            counters.write(row)
             counters.flush()

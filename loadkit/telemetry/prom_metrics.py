@@ -10,11 +10,11 @@ the value since the restart (`reset: true`).
 from __future__ import annotations
 
 import fnmatch
-from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadkit.telemetry.base import Row, SourceUnavailable, WarnOnce
+from loadkit.rundir.schema import MetricRow
+from loadkit.telemetry.base import SourceUnavailable, WarnOnce
 from loadkit.telemetry.http import HttpGetError, KeepAliveGetter
 
 DEFAULT_METRICS_INTERVAL_S = 1.0
@@ -89,7 +89,7 @@ class PrometheusSampler:
                 hint="give the full metrics URL, e.g. http://127.0.0.1:8002/metrics",
             ) from exc
 
-    def sample(self, t_ns: int) -> list[Row]:
+    def sample(self, t_ns: int) -> list[MetricRow]:
         try:
             text = self._scrape()
         except HttpGetError as exc:
@@ -103,9 +103,9 @@ class PrometheusSampler:
         except ValueError as exc:
             self._warn.warn("parse", f"metrics from {self.url} did not parse ({exc})")
             return []
-        rows: list[Row] = []
+        rows: list[MetricRow] = []
         for name, labels, value, counter in samples:
-            row: dict[str, Any] = {"t_ns": t_ns, "name": name, "labels": labels, "value": value}
+            row: MetricRow = {"t_ns": t_ns, "name": name, "labels": labels, "value": value}
             if counter:
                 key = (name, tuple(sorted(labels.items())))
                 prev = self._prev.get(key)

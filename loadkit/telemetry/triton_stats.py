@@ -18,29 +18,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
-from loadkit.telemetry.base import Row, SourceUnavailable, WarnOnce
+from loadkit.rundir.schema import TRITON_COUNTERS, TritonStatsRow, delta_key
+from loadkit.telemetry.base import SourceUnavailable, WarnOnce
 from loadkit.telemetry.http import HttpGetError, KeepAliveGetter
 
 DEFAULT_TRITON_STATS_INTERVAL_S = 1.0
-
-# Cumulative counters flattened from one model_stats entry.
-COUNTER_KEYS = (
-    "inference_count",
-    "execution_count",
-    "success_count",
-    "success_ns",
-    "fail_count",
-    "fail_ns",
-    "queue_count",
-    "queue_ns",
-    "compute_input_ns",
-    "compute_infer_ns",
-    "compute_output_ns",
-    "batch_compute_infer_ns",
-)
 
 
 def _int(value: Any) -> int:
@@ -106,8 +91,8 @@ class StatsDifferencer:
     def __init__(self) -> None:
         self._prev: dict[tuple[str, str], _Snapshot] = {}
 
-    def update(self, t_ns: int, model_stats: list[dict[str, Any]]) -> list[Row]:
-        rows: list[Row] = []
+    def update(self, t_ns: int, model_stats: list[dict[str, Any]]) -> list[TritonStatsRow]:
+        rows: list[TritonStatsRow] = []
         for entry in model_stats:
             key = (str(entry.get("name", "")), str(entry.get("version", "")))
             batch_ns: dict[int, int] = {}
@@ -120,30 +105,29 @@ class StatsDifferencer:
         return rows
 
     @staticmethod
-    def _row(key: tuple[str, str], prev: _Snapshot, cur: _Snapshot) -> Row:
-        reset = any(cur.counters[k] < prev.counters.get(k, 0) for k in COUNTER_KEYS) or any(
+    def _row(key: tuple[str, str], prev: _Snapshot, cur: _Snapshot) -> TritonStatsRow:
+        reset = any(cur.counters[k] < prev.counters.get(k, 0) for k in TRITON_COUNTERS) or any(
             cur.batches.get(size, 0) < n for size, n in prev.batches.items()
         )
-        base = {k: 0 for k in COUNTER_KEYS} if reset else prev.counters
+        base = {k: 0 for k in TRITON_COUNTERS} if reset else prev.counters
         base_batches: dict[int, int] = {} if reset else prev.batches
         base_ns: dict[int, int] = {} if reset else prev.batch_ns
-        deltas = {k: cur.counters[k] - base.get(k, 0) for k in COUNTER_KEYS}
+        deltas = {k: cur.counters[k] - base.get(k, 0) for k in TRITON_COUNTERS}
         batch_sizes = {
             str(size): n - base_batches.get(size, 0)
             for size, n in sorted(cur.batches.items())
             if n - base_batches.get(size, 0) > 0
         }
-        row: Row = {
+        row: TritonStatsRow = {
             "t_ns": prev.t_ns,
             "interval_ns": cur.t_ns - prev.t_ns,
             "model": key[0],
             "version": key[1],
             "reset": reset,
         }
-        for k in COUNTER_KEYS:
-            row[k] = cur.counters[k]
-        for k in COUNTER_KEYS:
-            row[f"{k}_delta"] = deltas[k]
+        cells = cast(dict[str, Any], row)  # the counters' columns (schema.TRITON_COUNTERS)
+        cells.update({k: cur.counters[k] for k in TRITON_COUNTERS})
+        cells.update({delta_key(k): deltas[k] for k in TRITON_COUNTERS})
         executions = sum(batch_sizes.values())
         row["batch_sizes"] = batch_sizes
         row["batch_size_mean"] = (
@@ -206,7 +190,7 @@ class TritonStatsSampler:
                     "and the model names",
                 ) from exc
 
-    def sample(self, t_ns: int) -> list[Row]:
+    def sample(self, t_ns: int) -> list[TritonStatsRow]:
         try:
             stats = self._fetch()
         except HttpGetError as exc:

@@ -20,7 +20,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -31,7 +31,13 @@ from loadkit.rundir.schema import (
     REASON_HW_THERMAL,
     REASON_SW_POWER_CAP,
     REASON_SW_THERMAL,
+    GpuRow,
+    HostRow,
+    LoadRow,
+    RequestRow,
+    TritonStatsRow,
     decode_reasons,
+    delta_key,
 )
 from loadkit.rundir.writer import append_event, write_manifest
 
@@ -376,38 +382,37 @@ def _write_latency_and_load(
             if s < seconds or offered or len(completing):
                 in_flight = int(np.count_nonzero(mine & (sim.sent < s + 1) & (sim.done >= s + 1)))
                 errors = int(len(completing) - len(oks))
-                load.write(
-                    {
-                        "t_ns": lo,
-                        "interval_ns": NS,
-                        "process": name,
-                        "name": "infer",
-                        "offered": offered,
-                        "started": offered,
-                        "ok": int(len(oks)),
-                        "errors": errors,
-                        "dropped": 0,
-                        "in_flight": in_flight,
-                        "out_of_range": out_of_range,
-                        "error_kinds": {"http_503": errors} if errors else {},
-                        **({"completion_gaps": gaps_by_sec.get(s, [])} if spec.record_gaps else {}),
-                    }
-                )
+                load_row: LoadRow = {
+                    "t_ns": lo,
+                    "interval_ns": NS,
+                    "process": name,
+                    "name": "infer",
+                    "offered": offered,
+                    "started": offered,
+                    "ok": int(len(oks)),
+                    "errors": errors,
+                    "dropped": 0,
+                    "in_flight": in_flight,
+                    "out_of_range": out_of_range,
+                    "error_kinds": {"http_503": errors} if errors else {},
+                }
+                if spec.record_gaps:
+                    load_row["completion_gaps"] = gaps_by_sec.get(s, [])
+                load.write(load_row)
             picked = completing
             if len(picked) > spec.request_samples_per_s:
                 picked = rng.choice(picked, spec.request_samples_per_s, replace=False)
             for j in sorted(picked):
-                samples.write(
-                    {
-                        "t_ns": _ns(start_ns, sim.intended[j]),
-                        "sent_ns": _ns(start_ns, sim.sent[j]),
-                        "done_ns": _ns(start_ns, sim.done[j]),
-                        "name": "infer",
-                        "ok": bool(sim.ok[j]),
-                        "error_kind": None if sim.ok[j] else "http_503",
-                        "connection_new": bool(sim.connection_new[j]),
-                    }
-                )
+                sample: RequestRow = {
+                    "t_ns": _ns(start_ns, sim.intended[j]),
+                    "sent_ns": _ns(start_ns, sim.sent[j]),
+                    "done_ns": _ns(start_ns, sim.done[j]),
+                    "name": "infer",
+                    "ok": bool(sim.ok[j]),
+                    "error_kind": None if sim.ok[j] else "http_503",
+                    "connection_new": bool(sim.connection_new[j]),
+                }
+                samples.write(sample)
         hlog.close()
         load.close()
         samples.close()
@@ -456,31 +461,30 @@ def _write_gpu(
         energy += power * spec.gpu_interval_s * 1000
         if _in_gap(t0, spec):
             continue
-        out.write(
-            {
-                "t_ns": _ns(start_ns, t0),
-                "gpu": 0,
-                "util_gpu_pct": round(100 * busy, 1),
-                "util_mem_pct": round(40 * busy, 1),
-                "mem_used_bytes": int(20 * 2**30 + spec.gpu_mem_drift_bytes_per_s * t0),
-                "mem_total_bytes": mem_total,
-                "sm_clock_mhz": round(clock),
-                "sm_clock_max_mhz": max_clock,
-                "mem_clock_mhz": 2619,
-                "mem_clock_max_mhz": 2619,
-                "temp_c": round(temp, 1),
-                "temp_slowdown_c": 90,
-                "temp_shutdown_c": 95,
-                "power_w": round(power, 1),
-                "power_limit_w": power_limit,
-                "energy_mj": int(energy),
-                "clocks_event_reasons": reasons,
-                **decode_reasons(reasons),
-                "pcie_tx_kbps": None,
-                "pcie_rx_kbps": None,
-                "proc_mem_bytes": None,
-            }
-        )
+        gpu_row: GpuRow = {
+            "t_ns": _ns(start_ns, t0),
+            "gpu": 0,
+            "util_gpu_pct": round(100 * busy, 1),
+            "util_mem_pct": round(40 * busy, 1),
+            "mem_used_bytes": int(20 * 2**30 + spec.gpu_mem_drift_bytes_per_s * t0),
+            "mem_total_bytes": mem_total,
+            "sm_clock_mhz": round(clock),
+            "sm_clock_max_mhz": max_clock,
+            "mem_clock_mhz": 2619,
+            "mem_clock_max_mhz": 2619,
+            "temp_c": round(temp, 1),
+            "temp_slowdown_c": 90,
+            "temp_shutdown_c": 95,
+            "power_w": round(power, 1),
+            "power_limit_w": power_limit,
+            "energy_mj": int(energy),
+            "clocks_event_reasons": reasons,
+            **decode_reasons(reasons),
+            "pcie_tx_kbps": None,
+            "pcie_rx_kbps": None,
+            "proc_mem_bytes": None,
+        }
+        out.write(gpu_row)
     out.close()
 
 
@@ -518,24 +522,23 @@ def _write_host(
         new_conns = int(np.count_nonzero(sim.connection_new & in_interval))
         if _in_gap(t0, spec):
             continue
-        out.write(
-            {
-                "t_ns": _ns(start_ns, t0),
-                "cpu_pct": round(float(cores.mean()), 1),
-                "cpu_per_core_pct": [round(float(c), 1) for c in cores],
-                "load1": round(float(cores.sum() / 100), 2),
-                "psi_cpu_some_avg10": round(psi, 2),
-                "server_cpu_pct": round(float(cores.mean() * 1.5), 1),
-                "server_ctx_vol": None,
-                "server_ctx_invol": None,
-                "server_rss_bytes": int(3 * 2**30 + spec.rss_drift_bytes_per_s * t0),
-                "cgroup_nr_periods": periods,
-                "cgroup_nr_throttled": throttled,
-                "cgroup_throttled_ns": throttled_ns,
-                "tcp_new_connections": new_conns,
-                "mem_used_bytes": 40 * 2**30,
-            }
-        )
+        host_row: HostRow = {
+            "t_ns": _ns(start_ns, t0),
+            "cpu_pct": round(float(cores.mean()), 1),
+            "cpu_per_core_pct": [round(float(c), 1) for c in cores],
+            "load1": round(float(cores.sum() / 100), 2),
+            "psi_cpu_some_avg10": round(psi, 2),
+            "server_cpu_pct": round(float(cores.mean() * 1.5), 1),
+            "server_ctx_vol": None,
+            "server_ctx_invol": None,
+            "server_rss_bytes": int(3 * 2**30 + spec.rss_drift_bytes_per_s * t0),
+            "cgroup_nr_periods": periods,
+            "cgroup_nr_throttled": throttled,
+            "cgroup_throttled_ns": throttled_ns,
+            "tcp_new_connections": new_conns,
+            "mem_used_bytes": 40 * 2**30,
+        }
+        out.write(host_row)
     out.close()
 
 
@@ -578,10 +581,12 @@ def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_
         if _in_gap(t0, spec):
             continue
         uniq, counts = np.unique(sizes, return_counts=True)
-        row: dict[str, Any] = {"t_ns": _ns(start_ns, t0), "model": "ranker", "version": "1"}
-        row.update(cum)
-        row.update({"compute_input_ns": 0, "compute_output_ns": 0})
-        row.update({f"{key}_delta": value for key, value in delta.items()})
+        # The counters' columns are computed (schema.TRITON_COUNTERS and their deltas).
+        cells: dict[str, Any] = {"t_ns": _ns(start_ns, t0), "model": "ranker", "version": "1"}
+        cells.update(cum)
+        cells.update({"compute_input_ns": 0, "compute_output_ns": 0})
+        cells.update({delta_key(key): value for key, value in delta.items()})
+        row = cast(TritonStatsRow, cells)
         row["interval_ns"] = int(spec.stats_interval_s * NS)
         row["batch_sizes"] = {str(int(s)): int(c) for s, c in zip(uniq, counts, strict=True)}
         out.write(row)

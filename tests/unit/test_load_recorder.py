@@ -13,6 +13,7 @@ from loadkit.load.recorder import LatencyRecorder
 from loadkit.load.scenario import Param, Scenario, auto_users
 from loadkit.load.shapes import Constant, Truncated
 from loadkit.rundir import load_run, read_interval_log
+from loadkit.rundir.schema import LoadRow, RequestRow, row_problems
 
 S = 1_000_000_000
 T0 = 1_764_449_000 * S  # a whole second
@@ -63,6 +64,8 @@ def test_intervals_by_completion_time_corrected_and_service(tmp_path: Path) -> N
     samples = _rows(tmp_path / "requests" / "local.jsonl")
     assert {s["ok"] for s in samples} == {True, False}
     assert samples[0]["t_ns"] == T0 + 100_000_000 and samples[0]["sent_ns"] == T0 + 400_000_000
+    assert [row_problems(r, LoadRow) for r in rows] == [[], []]
+    assert {tuple(row_problems(s, RequestRow)) for s in samples} == {()}
 
 
 def test_dropped_out_of_range_and_in_flight(tmp_path: Path) -> None:

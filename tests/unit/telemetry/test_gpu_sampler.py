@@ -13,6 +13,7 @@ from unittest import mock
 import pynvml
 import pytest
 
+from loadkit.rundir.schema import GpuRow, row_problems
 from loadkit.telemetry import fake_nvml
 from loadkit.telemetry.base import SourceUnavailable
 from loadkit.telemetry.gpu import GpuSampler, decode_reasons, probe_fake_nvml
@@ -54,6 +55,7 @@ def test_fake_nvml_rows_follow_the_simulated_state(sim_state: tuple[Path, SimGpu
     assert hot["energy_mj"] == model.state.energy_mj
     assert hot["util_gpu_pct"] == 50 and hot["pcie_rx_kbps"] > 0
     assert hot["violation_thermal_ns"] > 0
+    assert row_problems(idle, GpuRow) == row_problems(hot, GpuRow) == []
     # The simulator supports neither power violations nor per-process memory:
     assert hot["violation_power_ns"] is None
     warnings = sampler.drain_warnings()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from loadkit.rundir.schema import HostRow, row_problems
 from loadkit.telemetry.host import (
     HostSampler,
     cpu_stat_candidates,
@@ -137,6 +138,7 @@ def test_on_this_machine() -> None:
     (row,) = sampler.sample(T + 500_000_000)
     assert row["tcp_active_opens"] is not None and row["mem_used_bytes"] > 0
     assert row["server_processes"] >= 1
+    assert row_problems(row, HostRow) == []
 
 
 # /proc/net/tcp: a listener on 8000 (0x1F40), a client connection to it (both

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from loadkit.rundir.schema import TritonStatsRow, row_problems
 from loadkit.telemetry.prom_metrics import parse_metrics
 from loadkit.telemetry.triton_stats import StatsDifferencer, flatten_model_stats
 
@@ -69,6 +70,7 @@ def test_first_snapshot_is_a_baseline_then_interval_rows() -> None:
     assert row["compute_infer_us_by_batch_size"] == {"1": 4000.0, "4": 4000.0}
     assert row["batch_size_mean"] == pytest.approx(23 / 8)
     assert row["execution_count"] == 29 + 8  # raw cumulative kept
+    assert row_problems(row, TritonStatsRow) == []
 
 
 def test_idle_interval_has_empty_distribution_and_null_averages() -> None:
