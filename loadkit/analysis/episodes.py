@@ -284,8 +284,13 @@ def extend_edges(hot: np.ndarray, warm: np.ndarray) -> np.ndarray:
     return out
 
 
-def hot_runs(hot: np.ndarray, merge_gap: int = MERGE_GAP_WINDOWS) -> list[tuple[int, int]]:
-    """[start, end) index ranges of hot windows, merging runs separated by <= merge_gap windows."""
+def hot_runs(
+    hot: np.ndarray, merge_gap: int = MERGE_GAP_WINDOWS, bridgeable: np.ndarray | None = None
+) -> list[tuple[int, int]]:
+    """[start, end) index ranges of hot windows, merging runs separated by <= merge_gap windows.
+
+    With `bridgeable`, only gaps made entirely of bridgeable windows merge.
+    """
     runs: list[tuple[int, int]] = []
     i, n = 0, len(hot)
     while i < n:
@@ -295,7 +300,12 @@ def hot_runs(hot: np.ndarray, merge_gap: int = MERGE_GAP_WINDOWS) -> list[tuple[
         j = i
         while j < n and hot[j]:
             j += 1
-        if runs and i - runs[-1][1] <= merge_gap:
+        gap = slice(runs[-1][1], i) if runs else slice(0, 0)
+        if (
+            runs
+            and i - runs[-1][1] <= merge_gap
+            and (bridgeable is None or bool(np.all(bridgeable[gap])))
+        ):
             runs[-1] = (runs[-1][0], j)
         else:
             runs.append((i, j))
@@ -352,7 +362,14 @@ def find_episodes(
     window_ns = int(round(window_s * 1e9))
     episodes: list[SpikeEpisode] = []
     core = hot_windows(v, baseline, z_threshold, ratio_threshold)
-    runs = [r for run in hot_runs(hot, merge_gap) for r in split_at_valleys(v, baseline, core, run)]
+    # A window without data inside an episode (a stall completes nothing) is bridged;
+    # one with data that fell back below the edge thresholds ends it: bursts whose
+    # backlog leaves one quiet second between them are that many episodes.
+    runs = [
+        r
+        for run in hot_runs(hot, merge_gap, bridgeable=np.isnan(v))
+        for r in split_at_valleys(v, baseline, core, run)
+    ]
     for n, (a, b) in enumerate(runs, start=1):
         seg = v[a:b]
         k = a + int(np.nanargmax(seg))

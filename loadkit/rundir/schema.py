@@ -191,6 +191,7 @@ HOST_COUNTERS = (
     "psi_cpu_some_total_us",
     "server_ctx_vol",
     "server_ctx_invol",
+    "server_run_delay_ns",
     "cgroup_nr_periods",
     "cgroup_nr_throttled",
     "cgroup_throttled_ns",
@@ -222,6 +223,8 @@ class HostRow(_HostRowKeys, total=False):
     server_ctx_vol_delta: int | None
     server_ctx_invol: int | None
     server_ctx_invol_delta: int | None
+    server_run_delay_ns: int | None
+    server_run_delay_ns_delta: int | None
     server_rss_bytes: int | None
     cgroup_version: int | None
     cgroup_path: str | None

@@ -40,6 +40,7 @@ from loadkit.analysis.model import CAUSE_CPU_SATURATION, Evidence
 BUSY_CORES_SHARE = 0.75  # share of cores at >= 95 %
 ARRIVALS_RISE = 1.25  # arrivals this far above baseline: a burst, not a neighbour
 BACKLOG_WINDOWS = 3
+BACKLOG_IN_FLIGHT = 2.0  # in flight over twice the usual: a burst's backlog still drains
 # Preempted this many times more per CPU-second than in baseline: the server waits for a CPU.
 PREEMPTION_RISE = 2.0
 # The server's threads waited for a CPU this many times longer than in baseline. Seen
@@ -90,6 +91,24 @@ def server_starved(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
     return None
 
 
+def _after_bursts(rise: np.ndarray, in_flight: np.ndarray, usual: float | None) -> np.ndarray:
+    """Windows of a burst, and after it while the server works through its backlog.
+
+    At least BACKLOG_WINDOWS after each burst window, and on for as long as more
+    requests are in flight than BACKLOG_IN_FLIGHT x usual (a backlog of seconds
+    after bursts beyond capacity: the server's own work keeps the cores busy).
+    """
+    out = rise.copy()
+    for k in range(1, BACKLOG_WINDOWS + 1):
+        out[k:] |= rise[:-k]
+    if usual is None:
+        return out
+    piled = np.nan_to_num(in_flight, nan=0.0) > BACKLOG_IN_FLIGHT * max(usual, 1.0)
+    for i in range(1, len(out)):
+        out[i] |= out[i - 1] and piled[i]
+    return out
+
+
 @assessed(CAUSE_CPU_SATURATION)
 def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     cause = CAUSE_CPU_SATURATION
@@ -107,11 +126,7 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     offered_base = median(sig.offered_rps, baseline)
     if offered_base:
         rise = np.nan_to_num(sig.offered_rps, nan=0.0) >= ARRIVALS_RISE * offered_base
-        # ... and the windows after, while the server works through the backlog.
-        after = rise.copy()
-        for k in range(1, BACKLOG_WINDOWS + 1):
-            after[k:] |= rise[:-k]
-        cond &= ~after
+        cond &= ~_after_bursts(rise, sig.in_flight, median(sig.in_flight, baseline))
     if host.has_cgroup:
         cond &= np.nan_to_num(host.cgroup_throttled_pct, nan=0.0) < CGROUP_THROTTLED_PCT
     holds = flag(cond, busy)

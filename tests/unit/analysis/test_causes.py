@@ -432,3 +432,28 @@ def test_the_baseline_falls_back_to_the_attributed_percentiles_episodes():
     quiet = p99 + [ep("p50", 30, 33)]
     base = baseline_for(n, p99, quiet, starts)
     assert not base[28:35].any() and base[16:28].all()
+
+
+def test_cores_busy_while_a_bursts_backlog_drains_are_not_cpu_saturation():
+    from loadkit.analysis.causes import cpu_saturation
+
+    n = 16
+    sig = _signals(n)
+    # GIVEN a 2-window burst of arrivals (3, 4) beyond capacity; its backlog keeps
+    # requests piled up until window 10; the cores are busy and the server waits for
+    # a CPU (its own threads) the whole time; and a starved window 13 of no burst
+    sig.offered_rps = np.full(n, 150.0)
+    sig.offered_rps[3:5] = 500.0
+    sig.in_flight = np.full(n, 4.0)
+    sig.in_flight[3:11] = 300.0
+    busy = np.ones(n)
+    wait = np.full(n, 100.0)
+    wait[3:11] = 900.0
+    wait[13] = 900.0
+    sig.host = _preempted_host(n, busy, np.full(n, 300.0))
+    sig.host.server_run_delay_ms_per_s = wait
+    base = np.ones(n, dtype=bool)
+    base[3:11] = base[13] = False  # the episodes
+    s = cpu_saturation.signature(sig, base)
+    # THEN only the starved window outside the burst and its backlog holds
+    assert s.holds is not None and np.nonzero(s.holds > 0)[0].tolist() == [13]
