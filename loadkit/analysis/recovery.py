@@ -36,18 +36,26 @@ def rolling_p99(
     filled = [(i, h) for i, h in enumerate(histograms) if h is not None and h.index.size]
     if not filled:
         return out
-    rows = np.repeat([i for i, _ in filled], [h.index.size for _, h in filled])
-    used, cols = np.unique(np.concatenate([h.index for _, h in filled]), return_inverse=True)
-    counts = np.concatenate([h.count for _, h in filled])
+    seen = np.zeros(bucket_layout().counts_len, dtype=bool)
+    for _, h in filled:
+        seen[h.index] = True
+    used = np.flatnonzero(seen)
+    column = np.cumsum(seen) - 1  # bucket index -> its column in the table
     highest = bucket_layout().highest[used]
+    windows = np.array([i for i, _ in filled])
     step = max(1, ROLLING_CHUNK_CELLS // used.size)
     for lo in range(0, n, step):
         hi = min(n, lo + step)
         first = max(0, lo - k + 1)
-        a, b = np.searchsorted(rows, [first, hi])
+        a, b = np.searchsorted(windows, [first, hi])
+        part = filled[a:b]  # only this chunk's buckets are ever gathered into arrays
         # Row 0 stays zero so that every span is a difference of cumulative rows.
         table = np.zeros((hi - first + 1, used.size), dtype=np.int64)
-        table[rows[a:b] - first + 1, cols[a:b]] = counts[a:b]  # one entry per window and bucket
+        if part:
+            rows = np.repeat(windows[a:b] - first + 1, [h.index.size for _, h in part])
+            index = np.concatenate([h.index for _, h in part])
+            # One entry per window and bucket: assignment, no accumulation needed.
+            table[rows, column[index]] = np.concatenate([h.count for _, h in part])
         table = np.cumsum(table, axis=0, out=table)
         ends = np.arange(lo, hi)
         span = table[ends - first + 1] - table[np.maximum(ends - k + 1, 0) - first]
