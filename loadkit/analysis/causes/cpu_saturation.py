@@ -139,28 +139,26 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
             Evidence("psi_cpu_some_in_episodes", maximum(host.psi_some_avg10, ep), "%"),
             Evidence("psi_cpu_some_baseline", median(host.psi_some_avg10, base), "%"),
         ]
-        delay = host.server_run_delay_ms_per_s
-        if delay is not None:
-            out += [
-                Evidence(
-                    "server_cpu_wait_in_episodes",
-                    median(delay, ep & (holds > 0)),
-                    "ms/s",
-                    "time the server's threads were runnable but waited for a CPU",
-                ),
-                Evidence("server_cpu_wait_baseline", median(delay, base), "ms/s"),
-            ]
-        rate = host.server_preemptions_per_cpu_s
-        if rate is not None:
-            out += [
-                Evidence(
-                    "server_preemptions_in_episodes",
-                    median(rate, ep & (holds > 0)),
-                    "/CPU-s",
-                    "involuntary context switches per second of CPU the server got",
-                ),
-                Evidence("server_preemptions_baseline", median(rate, base), "/CPU-s"),
-            ]
+        starved = ep & (holds > 0)
+        for name, series, unit, note in (
+            (
+                "server_cpu_wait",
+                host.server_run_delay_ms_per_s,
+                "ms/s",
+                "time the server's threads were runnable but waited for a CPU",
+            ),
+            (
+                "server_preemptions",
+                host.server_preemptions_per_cpu_s,
+                "/CPU-s",
+                "involuntary context switches per second of CPU the server got",
+            ),
+        ):
+            if series is not None:
+                out += [
+                    Evidence(f"{name}_in_episodes", median(series, starved), unit, note),
+                    Evidence(f"{name}_baseline", median(series, base), unit),
+                ]
         if outside is not None and sig.triton is not None:
             out += [
                 Evidence(
