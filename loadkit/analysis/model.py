@@ -555,6 +555,10 @@ class Interval:
     ground_truth: bool = False  # True for injected faults (events.jsonl)
 
 
+# The percentiles whose episodes causes are tested against, the highest first.
+PRIMARY_PERCENTILES = ("p99", "p95", "p50")
+
+
 @dataclass(frozen=True)
 class Analysis:
     """Everything `loadkit analyze` concluded about one run (analysis.json)."""
@@ -627,7 +631,7 @@ class Analysis:
         """The episodes the findings explain (older files: the highest percentile with any)."""
         if self.primary is not None:
             return self.episodes_for(self.primary)
-        for pct in ("p99", "p95", "p50"):
+        for pct in PRIMARY_PERCENTILES:
             if self.episodes_for(pct):
                 return self.episodes_for(pct)
         return ()

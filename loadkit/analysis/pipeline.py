@@ -26,6 +26,7 @@ from loadkit.analysis.gaps import CompletionGaps, gaps_from_load, gaps_from_samp
 from loadkit.analysis.knee import saturation_knee
 from loadkit.analysis.latency_counts import LatencyCounts
 from loadkit.analysis.model import (
+    PRIMARY_PERCENTILES,
     SCHEMA_VERSION,
     Analysis,
     Finding,
@@ -73,8 +74,6 @@ from loadkit.analysis.telemetry import (
 )
 from loadkit.errors import RunFormatError
 from loadkit.rundir import Run
-
-PRIMARY_PERCENTILES = ("p99", "p95", "p50")
 
 
 def primary_percentile(episodes: Sequence[SpikeEpisode], periodicity: Sequence[Periodicity]) -> str:
