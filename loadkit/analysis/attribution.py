@@ -39,10 +39,15 @@ from loadkit.analysis.causes.base import (
     service_capacity_rps,
 )
 from loadkit.analysis.causes.cgroup_throttling import CGROUP_THROTTLED_PCT
-from loadkit.analysis.model import CauseCheck, Evidence, Finding, SpikeEpisode
+from loadkit.analysis.model import CONFIDENCES, CauseCheck, Evidence, Finding, SpikeEpisode
 
 LEAD_WINDOWS = 2
 BASELINE_MARGIN_WINDOWS = 2
+# One coincidence does not show that a cause recurs with the spikes: a cause seen in
+# fewer spike episodes than this is rated one level lower than its statistics alone
+# (Fisher's test weighs one episode against hundreds of baseline windows and can call
+# a single coincidence strong).
+MIN_EPISODES_AS_RATED = 2
 
 TITLES = {c.id: c.title for c in REGISTRY}
 ACTIONS = {c.id: c.action for c in REGISTRY}
@@ -209,6 +214,8 @@ def score(
         delta = cliffs_delta(signature.metric[ep_proper], signature.metric[base])
     found = confidence(coincidence, float(p_value), delta, lift) if explained else None
     found = cap_confidence(found, signature.max_confidence)
+    if found is not None and len(explained) < MIN_EPISODES_AS_RATED:
+        found = CONFIDENCES[min(CONFIDENCES.index(found) + 1, len(CONFIDENCES) - 1)]
     reason = f"signature in {len(explained)}/{tested} episodes, {base_rate:.0%} of baseline windows"
     if found is None:
         return None, CauseCheck(cause, "not_found", reason), []
@@ -277,6 +284,18 @@ def _finding(
 _RANK = {"strong": 0, "moderate": 1, "weak": 2}
 
 
+def finding_order(f: Finding) -> tuple[bool, bool, int, int, float]:
+    """Leads last: a weak finding never outranks a moderate or strong one (it is what the
+    headline names). Above weak, causes of the spikes before standing conditions."""
+    return (
+        f.confidence == "weak",
+        not f.episodes,
+        _RANK[f.confidence],
+        -len(f.episodes),
+        -f.coincidence,
+    )
+
+
 def attribute(
     sig: Signals,
     episodes: Sequence[SpikeEpisode],
@@ -334,10 +353,7 @@ def attribute(
     else:
         why = f"the part that grew in the unexplained episodes is {component or 'unknown'}"
     checks += [CauseCheck(c.id, "not_found", why) for c in fallback if c not in named]
-    # Episode causes first: a standing condition never outranks a cause of the spikes.
-    findings.sort(
-        key=lambda f: (not f.episodes, _RANK[f.confidence], -len(f.episodes), -f.coincidence)
-    )
+    findings.sort(key=finding_order)
     return Attribution(findings, checks, causes_by_episode)
 
 
@@ -359,6 +375,7 @@ __all__ = [
     "compute_inflation",
     "confidence",
     "expected_batch_compute",
+    "finding_order",
     "score",
     "service_capacity_rps",
 ]

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from loadkit.analysis.attribution import cliffs_delta, confidence
+from loadkit.analysis.attribution import cliffs_delta, confidence, finding_order
 from loadkit.analysis.causes import CAUSE_IDS as CAUSES
+from loadkit.analysis.model import Finding
 from loadkit.testing.synthetic import (
     Burst,
     FaultWindow,
@@ -129,3 +130,49 @@ def test_cliffs_delta_and_confidence_levels():
     assert (
         confidence(0.9, 0.001, 0.9, 1.2) is None
     )  # as common in baseline as in episodes: weak lift
+
+
+def test_a_cause_seen_in_one_episode_is_rated_one_level_below_the_same_cause_seen_twice(
+    analyze_spec,
+):
+    # GIVEN the same CPU saturation, twice in one run and once in another
+    twice = analyze_spec(SCENARIOS["cpu_saturation"], "saturated-twice")
+    once = analyze_spec(RunSpec(rate_rps=200, cpu_saturations=(W(20, 30, 15.0),)), "saturated-once")
+    (two,) = [f for f in twice.findings if f.cause == "cpu_saturation"]
+    (one,) = [f for f in once.findings if f.cause == "cpu_saturation"]
+    # THEN one coincidence is worth one level less: it cannot show the cause recurs
+    assert len(two.episodes) == 2 and len(one.episodes) == 1
+    assert two.confidence == "strong", two
+    assert one.confidence == "moderate", one
+
+
+def _finding(cause: str, confidence: str, episodes: tuple[str, ...]) -> Finding:
+    return Finding(
+        cause=cause,
+        title=cause,
+        confidence=confidence,
+        episodes=episodes,
+        episodes_total=3,
+        coincidence=1.0,
+        baseline_rate=0.0,
+        lift=None,
+        p_value=0.01,
+        cliffs_delta=0.5,
+        lag_s=0.0,
+        evidence=(),
+        summary="",
+        action="",
+    )
+
+
+def test_a_weak_lead_never_outranks_a_strong_standing_condition():
+    lead = _finding("unexplained_compute_slowdown", "weak", ("p99#1",))
+    standing = _finding("connection_churn", "strong", ())
+    spikes = _finding("cpu_saturation", "moderate", ("p99#2", "p99#3"))
+    ordered = sorted([lead, standing, spikes], key=finding_order)
+    # Above weak a cause of the spikes still comes before a standing condition.
+    assert [f.cause for f in ordered] == [
+        "cpu_saturation",
+        "connection_churn",
+        "unexplained_compute_slowdown",
+    ]
