@@ -6,11 +6,13 @@ generates every case (see `bench.diagnosis.generate.CASES`) for each seed
 into `<out>/runs/`, analyzes each run (`analysis.json` beside it), scores it
 against its ground truth and writes `<out>/scores.json` and
 `<out>/results.md`. `--score-only` re-scores runs already generated (after
-an analyzer change: no need to generate again). Convention: tune the
-analyzer's thresholds on seed 1 and report on seeds 2-3.
+an analyzer change: no need to generate again). Tune the analyzer on
+seeds already looked at and report on a seed never looked at
+(docs/diagnosis-benchmark.md lists which seeds are spent).
 
-Each run takes about a minute on 2 cores (Triton, Locust, samplers and
-the fault share them), so one seed of all cases takes about 10 minutes.
+Each run takes the load's `--duration` plus about 15 s on 2 cores (Triton,
+Locust, samplers and the fault share them), so one seed of all 13 cases
+takes about 16 minutes at 60 s and 29 at 120 s.
 """
 
 from __future__ import annotations
