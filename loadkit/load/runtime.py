@@ -40,7 +40,7 @@ from locust.exception import StopUser
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from loadkit.environment import run_environment
-from loadkit.load import channel, webui
+from loadkit.load import channel, locust_stats, webui
 from loadkit.load.dispatch import OpenModelDispatcher
 from loadkit.load.recorder import INTERVAL_NS, LatencyRecorder
 from loadkit.load.scenario import (
@@ -424,6 +424,7 @@ class LoadRuntime:
                 assert self.run_dir is not None
                 self.recorder = LatencyRecorder(self.run_dir, self.process_name(), seed=self.seed)
             self._ticker = gevent.spawn(self._tick_loop, self.recorder)
+            gevent.spawn(self._bound_locust_stats, self.recorder)
         return self.recorder
 
     def _worker_recorder(self) -> LatencyRecorder:
@@ -445,6 +446,13 @@ class LoadRuntime:
             gevent.sleep((next_boundary - now) / 1e9 + _TICK_OFFSET_S)
             if not recorder.closed:
                 recorder.tick(pause=gevent.sleep)  # sleep(0): let ready responses be read
+
+    def _bound_locust_stats(self, recorder: LatencyRecorder) -> None:
+        while not recorder.closed:
+            gevent.sleep(locust_stats.TRIM_EVERY_S)
+            stats = getattr(self.environment, "stats", None)
+            if stats is not None and not recorder.closed:
+                locust_stats.trim(stats, time.time())
 
     def register_user(self) -> int:
         """A user started; returns its stream number (for its payload generator)."""
