@@ -29,6 +29,18 @@ pytestmark = pytest.mark.integration
 DEATH_S = 2.0  # every descendant gone, and no more requests, within this
 
 
+def _which(pids: list[int]) -> list[str]:
+    """What each process left running is (its command line and state), for the failure message."""
+    out = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            out.append(f"{pid} [{p.status()}] {' '.join(p.cmdline())[:300]}")
+        except psutil.Error:
+            out.append(f"{pid} (gone by now)")
+    return out
+
+
 def _alive(pids: set[int]) -> list[int]:
     alive = []
     for pid in pids:
@@ -101,7 +113,7 @@ def test_child_forked_from_a_finished_thread_lives_until_its_parent_dies() -> No
         assert _alive({child}) == [child], "the child died with the thread that started it"
         # WHEN the parent is SIGKILLed THEN the child follows within 2 s
         took, left = _kill_and_watch(parent, {child})
-        assert not left, f"still running {DEATH_S} s after the parent's SIGKILL: {left}"
+        assert not left, f"still running {DEATH_S} s after the parent's SIGKILL: {_which(left)}"
     finally:
         _cleanup({child, parent.pid})
 
@@ -133,7 +145,7 @@ def test_group_guard_kills_the_grandchildren_and_release_disarms_it() -> None:
     group = {grandchild, leader, watcher}
     try:
         took, left = _kill_and_watch(parent, set(group), add_descendants=False)
-        assert not left, f"still running {DEATH_S} s after the parent's SIGKILL: {left}"
+        assert not left, f"still running {DEATH_S} s after the parent's SIGKILL: {_which(left)}"
         # the released guard did nothing: only PDEATHSIG reached its leader, not the grandchild
         assert _alive({kept}) == []
         assert _alive({kept_grandchild}) == [kept_grandchild]
@@ -209,7 +221,7 @@ def test_sigkill_of_loadkit_run_stops_the_load_at_once(
         took, left = _kill_and_watch(proc, seen)
         # THEN within 2 s nothing it started runs, and no request reaches the target
         assert len(seen) >= 3 + workers, f"expected Locust and samplers among {seen}"
-        assert not left, f"still running {DEATH_S} s after SIGKILL: {left}"
+        assert not left, f"still running {DEATH_S} s after SIGKILL: {_which(left)}"
         time.sleep(max(0.0, DEATH_S - took))
         served = _requests_served(triton)
         time.sleep(2.0)
@@ -238,7 +250,7 @@ def test_sigkill_of_loadkit_target_leaves_no_tritonserver(tmp_path: Path) -> Non
         assert server_pid in seen
         assert len(seen) >= 3, f"expected tritonserver, its stub and the watcher: {seen}"
         took, left = _kill_and_watch(proc, seen)
-        assert not left, f"still running {DEATH_S} s after SIGKILL: {left}"
+        assert not left, f"still running {DEATH_S} s after SIGKILL: {_which(left)}"
     finally:
         _cleanup(seen)
 
@@ -253,7 +265,7 @@ def test_sigkill_of_loadkit_demo_leaves_nothing_running(tmp_path: Path) -> None:
         took, left = _kill_and_watch(proc, seen)
         # tritonserver + stub + watcher, sim GPU, Locust, samplers
         assert len(seen) >= 7, seen
-        assert not left, f"still running {DEATH_S} s after SIGKILL: {left}"
+        assert not left, f"still running {DEATH_S} s after SIGKILL: {_which(left)}"
     finally:
         _cleanup(seen)
 
