@@ -117,6 +117,12 @@ BURST_TRITON: dict[str, Any] = {
     "model_params": {"gpu_time_us_per_batch": 3500, "gpu_time_us_per_item": 500},
 }
 BURST_USERS = 1200
+# The bursts' mean offered load at most 1.6x the base rate (240 req/s: ~80 % of the
+# ~305 req/s measured on a slow VM, ~63 % of ~380): the queue drains between
+# bursts, so they make spikes above a healthy baseline. (Report seed 15 drew 3.82x
+# for 30 % of the cycle, 1.85x on average, 91 % of capacity: the queue never
+# drained and the run was overloaded on average, a different condition.)
+BURST_MEAN_MAX = 1.6
 # Before each run, wait up to QUIET_MAX_WAIT_S for the host to be at most
 # QUIET_BUSY_PCT busy (mean over cores, measured over QUIET_SAMPLE_S): a run
 # alone uses about 20-30 % of this 2-core VM, so more means someone else is busy.
@@ -241,10 +247,13 @@ def plan_case(case: str, seed: int, duration_s: float = DEFAULT_DURATION_S) -> C
         # base rate) exceed what the server can serve; the default ranker serves
         # ~3,000 req/s in batches of 32 and kept up with every burst.
         plan.triton = {**plan.triton, **BURST_TRITON}
+        multiplier = round(rng.uniform(3.0, 4.0), 2)
+        period_s = round(rng.uniform(*PERIOD_S), 2)
+        duty = min(rng.uniform(0.2, 0.3), (BURST_MEAN_MAX - 1.0) / (multiplier - 1.0))
         plan.load = {
-            "burst_multiplier": round(rng.uniform(3.0, 4.0), 2),
-            "burst_period_s": round(rng.uniform(*PERIOD_S), 2),
-            "burst_duty": round(rng.uniform(0.2, 0.3), 2),
+            "burst_multiplier": multiplier,
+            "burst_period_s": period_s,
+            "burst_duty": round(duty, 2),
             "burst_offset_s": round(rng.uniform(*FIRST_FAULT_S), 2),
             # Users for ~2 s of peak arrivals: a burst's backlog holds requests for
             # seconds, and the default pool (0.5 s of peak) would drop arrivals.

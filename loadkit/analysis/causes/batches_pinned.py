@@ -4,6 +4,11 @@ Most executions carry `max_batch_size` requests and requests wait in the queue
 for a slot at least half a batch's compute: the model runs as wide as it is
 allowed and still falls behind. Needs the model configuration from the
 manifest; a model without batching (max_batch_size <= 1) has nothing to pin.
+
+It also says whether the run is overloaded *on average* (mean offered load near
+the service capacity: the queue never drains, so no spike stands out against
+it) or full only in its peaks (the spike findings say which). The two need
+different actions: capacity for the average, or for the peaks.
 """
 
 from __future__ import annotations
@@ -20,14 +25,20 @@ from loadkit.analysis.causes.base import (
     ev,
     flag,
     fmt,
+    mean,
     median,
     need,
+    service_capacity_rps,
 )
 from loadkit.analysis.model import Evidence
 
 CAUSE_BATCHES_PINNED = "batches_pinned"
 PINNED_SHARE = 0.9  # mean batch at >= 90 % of max_batch_size
 QUEUE_OVER_COMPUTE = 0.5  # requests wait at least half a batch's compute for a slot
+# Mean offered load at >= 90 % of the service capacity: queueing theory's knee
+# (an M/D/1 queue's wait is 4.5x the service time at 90 % and grows without bound
+# towards 100 %), so the queue is standing, not the trace of a peak.
+OVERLOADED_ON_AVERAGE = 0.9
 
 
 @assessed(CAUSE_BATCHES_PINNED)
@@ -43,6 +54,7 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     holds = flag(pinned & waiting, tr.batch_size_mean)
     with np.errstate(invalid="ignore", divide="ignore"):
         metric = tr.batch_size_mean / b
+    capacity = service_capacity_rps(sig, baseline)
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
         scope = np.ones(sig.n, dtype=bool)
@@ -54,19 +66,48 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
             Evidence("queue_time", median(tr.queue_ms_per_request, scope), "ms/request"),
             Evidence("compute_per_batch", median(tr.batch_compute_ms, scope), "ms"),
             Evidence("offered", median(sig.offered_rps, scope), "req/s"),
+            *_utilisation(sig.offered_rps, capacity, scope),
         ]
 
     return Signature(cause, holds, metric, evidence, run_level=True)
 
 
+def _utilisation(
+    offered: np.ndarray, capacity: np.ndarray | None, scope: np.ndarray
+) -> list[Evidence]:
+    """Mean offered load over the median capacity: the share of the server the run asked for."""
+    cap = median(capacity, scope) if capacity is not None else None
+    offered_mean = mean(offered, scope)
+    if not cap or offered_mean is None:
+        return []
+    return [
+        Evidence("offered_mean", offered_mean, "req/s", "whole run"),
+        Evidence("service_capacity", cap, "req/s", "max batch / compute at max batch"),
+        Evidence("mean_utilisation", offered_mean / cap, "x", "mean offered / capacity"),
+    ]
+
+
 def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
     share = f"{run_share:.0%} of windows" if run_share is not None else eps
-    return (
+    text = (
         f"Batches averaged {fmt(ev(e, 'batch_size_mean'), '', 1)} of max_batch_size "
         f"{fmt(ev(e, 'max_batch_size'))} in {share}, and requests waited "
         f"{fmt(ev(e, 'queue_time'), ' ms', 1)} in the queue for a slot (a batch computes in "
         f"{fmt(ev(e, 'compute_per_batch'), ' ms', 1)}) at {fmt(ev(e, 'offered'))} req/s."
     )
+    utilisation = ev(e, "mean_utilisation")
+    if utilisation is None:
+        return text
+    load = (
+        f"{fmt(ev(e, 'offered_mean'))} req/s on average is {utilisation:.0%} of a service "
+        f"capacity of {fmt(ev(e, 'service_capacity'))} req/s"
+    )
+    if utilisation >= OVERLOADED_ON_AVERAGE:
+        return (
+            f"{text} The run is overloaded on average: {load}, so the queue never drains "
+            "and peaks on top of it cannot stand out."
+        )
+    return f"{text} The average load fits ({load}): the server is full in the peaks."
 
 
 CAUSE = Cause(
