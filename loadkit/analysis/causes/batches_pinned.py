@@ -5,10 +5,13 @@ for a slot at least half a batch's compute: the model runs as wide as it is
 allowed and still falls behind. Needs the model configuration from the
 manifest; a model without batching (max_batch_size <= 1) has nothing to pin.
 
-It also says whether the run is overloaded *on average* (mean offered load near
-the service capacity: the queue never drains, so no spike stands out against
-it) or full only in its peaks (the spike findings say which). The two need
-different actions: capacity for the average, or for the peaks.
+It also says whether the run is overloaded *on average* (the queue never
+drains: even the calmest windows wait for a slot, so no spike can stand out
+against it) or full only in its peaks. That is read from the queue itself, not
+from the estimated capacity: with batches of 1-2 in the calm windows the
+capacity at max batch is an extrapolation, and a run at 105 % of it still
+drained its queue between bursts. The two need different actions: capacity for
+the average, or for the peaks.
 """
 
 from __future__ import annotations
@@ -35,10 +38,8 @@ from loadkit.analysis.model import Evidence
 CAUSE_BATCHES_PINNED = "batches_pinned"
 PINNED_SHARE = 0.9  # mean batch at >= 90 % of max_batch_size
 QUEUE_OVER_COMPUTE = 0.5  # requests wait at least half a batch's compute for a slot
-# Mean offered load at >= 90 % of the service capacity: queueing theory's knee
-# (an M/D/1 queue's wait is 4.5x the service time at 90 % and grows without bound
-# towards 100 %), so the queue is standing, not the trace of a peak.
-OVERLOADED_ON_AVERAGE = 0.9
+# The calmest tenth of windows: the queue never drained if even these wait for a slot.
+CALMEST_QUANTILE = 10
 
 
 @assessed(CAUSE_BATCHES_PINNED)
@@ -66,10 +67,21 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
             Evidence("queue_time", median(tr.queue_ms_per_request, scope), "ms/request"),
             Evidence("compute_per_batch", median(tr.batch_compute_ms, scope), "ms"),
             Evidence("offered", median(sig.offered_rps, scope), "req/s"),
+            Evidence(
+                "queue_time_calmest",
+                _calmest(tr.queue_ms_per_request),
+                "ms/request",
+                f"{CALMEST_QUANTILE}th percentile of windows",
+            ),
             *_utilisation(sig.offered_rps, capacity, scope),
         ]
 
     return Signature(cause, holds, metric, evidence, run_level=True)
+
+
+def _calmest(queue_ms: np.ndarray) -> float | None:
+    values = queue_ms[~np.isnan(queue_ms)]
+    return float(np.percentile(values, CALMEST_QUANTILE)) if values.size else None
 
 
 def _utilisation(
@@ -95,19 +107,26 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
         f"{fmt(ev(e, 'queue_time'), ' ms', 1)} in the queue for a slot (a batch computes in "
         f"{fmt(ev(e, 'compute_per_batch'), ' ms', 1)}) at {fmt(ev(e, 'offered'))} req/s."
     )
-    utilisation = ev(e, "mean_utilisation")
-    if utilisation is None:
+    calmest, compute = ev(e, "queue_time_calmest"), ev(e, "compute_per_batch")
+    if calmest is None or compute is None:
         return text
+    utilisation = ev(e, "mean_utilisation")
     load = (
-        f"{fmt(ev(e, 'offered_mean'))} req/s on average is {utilisation:.0%} of a service "
-        f"capacity of {fmt(ev(e, 'service_capacity'))} req/s"
+        f" (mean offered {fmt(ev(e, 'offered_mean'))} req/s, {utilisation:.0%} of an estimated "
+        f"capacity of {fmt(ev(e, 'service_capacity'))} req/s)"
+        if utilisation is not None
+        else ""
     )
-    if utilisation >= OVERLOADED_ON_AVERAGE:
+    if calmest >= QUEUE_OVER_COMPUTE * compute:
         return (
-            f"{text} The run is overloaded on average: {load}, so the queue never drains "
-            "and peaks on top of it cannot stand out."
+            f"{text} The run is overloaded on average: even the calmest tenth of windows waited "
+            f"{fmt(calmest, ' ms', 1)} for a slot, so the queue never drained{load} and peaks "
+            "on top of it cannot stand out."
         )
-    return f"{text} The average load fits ({load}): the server is full in the peaks."
+    return (
+        f"{text} The queue drained between peaks (calmest tenth of windows: "
+        f"{fmt(calmest, ' ms', 1)}){load}: the server is full in its peaks, not on average."
+    )
 
 
 CAUSE = Cause(

@@ -38,9 +38,9 @@ def test_batches_pinned_at_max_batch_size(analyze_spec):
     assert f is not None and f.confidence in ("strong", "moderate"), a.findings
     assert f.episodes == () and "max_batch_size" in f.summary
     assert "instances" in f.action
-    # ... and at ~720 of ~740 req/s it says the run is overloaded on average
-    util = next(e.value for e in f.evidence if e.name == "mean_utilisation")
-    assert util >= 0.9 and "overloaded on average" in f.summary, f.summary
+    # ... and at ~720 of ~740 req/s, where even the calmest windows queue, it says
+    # the run is overloaded on average
+    assert "overloaded on average" in f.summary, f.summary
     # ... not at a load the server serves in small batches
     light = analyze_spec(RunSpec(duration_s=60, rate_rps=150, max_batch_size=4), "light")
     assert _found(light, "batches_pinned") is None
@@ -50,24 +50,29 @@ def test_batches_pinned_tells_overloaded_on_average_from_full_in_the_peaks():
     from loadkit.analysis.causes import batches_pinned
     from loadkit.analysis.model import Evidence
 
-    def said(offered_mean: float) -> str:
+    def said(calmest_queue_ms: float, offered_mean: float) -> str:
         e = [
             Evidence("max_batch_size", 2.0, "requests"),
             Evidence("batch_size_mean", 1.9, "requests"),
-            Evidence("queue_time", 40.0, "ms/request"),
-            Evidence("compute_per_batch", 6.0, "ms"),
+            Evidence("queue_time", 700.0, "ms/request"),
+            Evidence("compute_per_batch", 6.8, "ms"),
             Evidence("offered", 150.0, "req/s"),
+            Evidence("queue_time_calmest", calmest_queue_ms, "ms/request"),
             *batches_pinned._utilisation(
-                np.full(10, offered_mean), np.full(10, 305.0), np.ones(10, dtype=bool)
+                np.full(10, offered_mean), np.full(10, 219.0), np.ones(10, dtype=bool)
             ),
         ]
-        return batches_pinned.summary(e, "", 0.9)
+        return batches_pinned.summary(e, "", 0.7)
 
-    # 277 of 305 req/s on average (bursts-s15): the queue is standing
-    assert "overloaded on average: 277 req/s on average is 91%" in said(277.0)
-    # 200 of 305 (66 %): full only in the peaks
-    s = said(200.0)
-    assert "overloaded" not in s and "average load fits" in s and "66%" in s, s
+    # GIVEN a queue that waits 2.1 s even in the calmest windows (round 4's bursts-s15)
+    s = said(2100.0, 200.0)
+    # THEN overloaded on average, whatever the estimated capacity says
+    assert "overloaded on average: even the calmest tenth of windows waited 2100.0 ms" in s, s
+    # GIVEN a queue that drained between bursts (1.6 ms), at 105 % of an estimated
+    # capacity of 219 req/s (session 6's tuning run: the run kept up at 229 req/s)
+    s = said(1.6, 229.0)
+    # THEN full in its peaks: the extrapolated capacity does not overrule the queue
+    assert "overloaded" not in s and "drained between peaks" in s and "105%" in s, s
 
 
 def test_gpu_under_20_percent_for_long_is_weak_and_says_what_to_do(analyze_spec):
