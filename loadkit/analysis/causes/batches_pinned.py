@@ -5,13 +5,14 @@ for a slot at least half a batch's compute: the model runs as wide as it is
 allowed and still falls behind. Needs the model configuration from the
 manifest; a model without batching (max_batch_size <= 1) has nothing to pin.
 
-It also says whether the run is overloaded *on average* (the queue never
-drains: even the calmest windows wait for a slot, so no spike can stand out
-against it) or full only in its peaks. That is read from the queue itself, not
-from the estimated capacity: with batches of 1-2 in the calm windows the
-capacity at max batch is an extrapolation, and a run at 105 % of it still
-drained its queue between bursts. The two need different actions: capacity for
-the average, or for the peaks.
+It also says whether the queue ever drained: whether even the calmest windows
+waited for a slot (the server never caught up, as when the mean load is near
+capacity or each peak's backlog lasts until the next) or the server was full
+only in its peaks. Read from the queue itself, not from the estimated capacity:
+with batches of 1-2 in the calm windows the capacity at max batch is an
+extrapolation (a run at "105 %" of it drained its queue between bursts). It
+states what was measured and no more: spikes may still stand out above a queue
+that never drains (the spike findings say so).
 """
 
 from __future__ import annotations
@@ -112,20 +113,19 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
         return text
     utilisation = ev(e, "mean_utilisation")
     load = (
-        f" (mean offered {fmt(ev(e, 'offered_mean'))} req/s, {utilisation:.0%} of an estimated "
-        f"capacity of {fmt(ev(e, 'service_capacity'))} req/s)"
+        f"; mean offered {fmt(ev(e, 'offered_mean'))} req/s, {utilisation:.0%} of an estimated "
+        f"capacity of {fmt(ev(e, 'service_capacity'))} req/s"
         if utilisation is not None
         else ""
     )
     if calmest >= QUEUE_OVER_COMPUTE * compute:
         return (
-            f"{text} The run is overloaded on average: even the calmest tenth of windows waited "
-            f"{fmt(calmest, ' ms', 1)} for a slot, so the queue never drained{load} and peaks "
-            "on top of it cannot stand out."
+            f"{text} The queue never drained: even the calmest tenth of windows waited "
+            f"{fmt(calmest, ' ms', 1)} for a slot{load}."
         )
     return (
         f"{text} The queue drained between peaks (calmest tenth of windows: "
-        f"{fmt(calmest, ' ms', 1)}){load}: the server is full in its peaks, not on average."
+        f"{fmt(calmest, ' ms', 1)}{load}): the server is full in its peaks only."
     )
 
 
