@@ -65,11 +65,22 @@ def build_sampler(spec: SamplerSpec) -> Sampler:
     raise ValueError(f"unknown sampler kind {spec.kind!r}")
 
 
+# After our parent's death, the longest we take to flush and exit: then the kernel ends us.
+ORPHAN_EXIT_S = 1.0
+
+
 class StopFlag:
     """Set by SIGTERM (or the parent's death); the loop's only way to stop.
 
     The signal handler only sets a flag (safe at any point); the loop notices
-    it after its current sleep, which is at most one interval.
+    it after its current sleep, which is at most one interval. When the
+    SIGTERM is our parent's death signal (we were reparented before it came),
+    nobody is left to SIGKILL a straggler, so the handler also arms a timer
+    whose SIGALRM, at its default action, ends the process ORPHAN_EXIT_S later
+    whatever it is doing (a sample in flight, a segment compressing, the
+    interpreter's exit). A loaded CI host once saw a sampler outlive its dead
+    parent by over 2 s. What is flushed by then is kept; a closed segment being
+    compressed stays as its plain file.
     """
 
     def __init__(self) -> None:
@@ -82,6 +93,9 @@ class StopFlag:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True
+        if os.getppid() != self._parent:
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.setitimer(signal.ITIMER_REAL, ORPHAN_EXIT_S)
 
     def wait(self, timeout: float) -> bool:
         """Sleep up to `timeout`; True when it is time to stop."""

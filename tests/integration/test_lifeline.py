@@ -91,6 +91,43 @@ def _python(code: str) -> subprocess.Popen[str]:
 
 
 # ------------------------------------------------------------------ the mechanism
+def test_a_sampler_that_flushes_on_its_parents_death_still_exits_within_a_second() -> None:
+    # GIVEN a parent whose child has SIGTERM as its death signal (a telemetry
+    # sampler: it flushes first) and is stuck in a call that outlasts the signal
+    # (a sleep resumes after the handler, PEP 475; like a sample in flight)
+    parent = _python(
+        """
+        import signal, sys, time
+        from loadkit import lifeline
+        child = lifeline.popen([sys.executable, "-c", (
+            "import time\\n"
+            "from loadkit.telemetry.process import StopFlag\\n"
+            "StopFlag().install()\\n"
+            "print('ready', flush=True)\\n"
+            "time.sleep(120)\\n"
+        )], death_signal=signal.SIGTERM)
+        print(child.pid, flush=True)
+        time.sleep(120)
+        """
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    try:
+        assert parent.stdout.readline().strip() == "ready"  # its handler is installed
+        # WHEN the parent is SIGKILLed
+        os.kill(parent.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        time.sleep(0.3)
+        # THEN the child caught the SIGTERM (it would be gone at once otherwise) ...
+        assert _alive({child}) == [child], "the sampler did not catch its death signal"
+        # ... and is gone by ORPHAN_EXIT_S (1 s), although its call had 2 minutes left
+        while _alive({child}) and time.monotonic() - killed < DEATH_S:
+            time.sleep(0.05)
+        assert not _alive({child}), f"still running {DEATH_S} s after: {_which([child])}"
+    finally:
+        _cleanup({child, parent.pid})
+
+
 def test_child_forked_from_a_finished_thread_lives_until_its_parent_dies() -> None:
     # GIVEN a parent that starts a child from a short-lived thread (PDEATHSIG
     # would fire when that thread ends, were it forked there)
