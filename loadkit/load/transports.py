@@ -361,13 +361,8 @@ class JsonHttpTransport(Transport):
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
-def _json_data(datatype: str, array: np.ndarray) -> list[Any]:
-    if datatype == "BYTES":
-        return [
-            b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b) for b in array.ravel()
-        ]
-    data: list[Any] = array.ravel().tolist()
-    return data
+def _bytes_data(array: np.ndarray) -> list[str]:
+    return [b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b) for b in array.ravel()]
 
 
 def dumps_json(body: Any) -> bytes:
@@ -394,33 +389,23 @@ def _plain(value: Any) -> Any:
 
 def kserve_v2_json_bytes(request: InferRequest) -> bytes:
     """The KServe v2 JSON body for a request, encoded: numeric arrays go to orjson unconverted."""
-    body: dict[str, Any] = {
-        "inputs": [
-            {
-                "name": name,
-                "shape": list(array.shape),
-                "datatype": datatype,
-                "data": _json_data(datatype, array)
-                if datatype == "BYTES"
-                else np.ascontiguousarray(array).ravel(),
-            }
-            for name, datatype, array in request.inputs
-        ]
-    }
-    if request.outputs:
-        body["outputs"] = [{"name": n} for n in request.outputs]
-    return dumps_json(body)
+    return dumps_json(_kserve_v2_body(request, np.ravel))
 
 
 def kserve_v2_json(request: InferRequest) -> dict[str, Any]:
     """The KServe v2 / Open Inference Protocol JSON body for a request."""
+    return _kserve_v2_body(request, lambda array: array.ravel().tolist())
+
+
+def _kserve_v2_body(request: InferRequest, numeric: Callable[[np.ndarray], Any]) -> dict[str, Any]:
+    """The body's one layout; `numeric` gives a numeric input's data (a list, or an array)."""
     body: dict[str, Any] = {
         "inputs": [
             {
                 "name": name,
                 "shape": list(array.shape),
                 "datatype": datatype,
-                "data": _json_data(datatype, array),
+                "data": _bytes_data(array) if datatype == "BYTES" else numeric(array),
             }
             for name, datatype, array in request.inputs
         ]
