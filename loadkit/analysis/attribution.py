@@ -28,7 +28,7 @@ import numpy as np
 from scipy import stats
 
 from loadkit.analysis.breakdown import baseline_medians, episode_mask, growth
-from loadkit.analysis.causes import BY_ID, REGISTRY, STANDING, UNEXPLAINED, Cause
+from loadkit.analysis.causes import BY_ID, ERRORS, REGISTRY, STANDING, UNEXPLAINED, Cause
 from loadkit.analysis.causes._gpu_clock import CLOCK_DROP_RATIO, POWER_AT_LIMIT, REASON_SHARE
 from loadkit.analysis.causes.base import (
     Signals,
@@ -39,6 +39,7 @@ from loadkit.analysis.causes.base import (
     service_capacity_rps,
 )
 from loadkit.analysis.causes.cgroup_throttling import CGROUP_THROTTLED_PCT
+from loadkit.analysis.causes.request_errors import error_findings
 from loadkit.analysis.model import CONFIDENCES, CauseCheck, Evidence, Finding, SpikeEpisode
 
 LEAD_WINDOWS = 2
@@ -327,7 +328,7 @@ def attribute(
                 if np.nansum(signature.holds[win]) > 0:
                     causes_by_episode.setdefault(e.episode_id, []).append(signature.cause)
 
-    run([c for c in causes if c.kind != UNEXPLAINED], episodes, None)
+    run([c for c in causes if c.kind not in (UNEXPLAINED, ERRORS)], episodes, None)
     # What no cause found at moderate or above explains: which part of the latency grew.
     explained = {
         i
@@ -354,7 +355,9 @@ def attribute(
         why = f"the part that grew in the unexplained episodes is {component or 'unknown'}"
     checks += [CauseCheck(c.id, "not_found", why) for c in fallback if c not in named]
     findings.sort(key=finding_order)
-    return Attribution(findings, checks, causes_by_episode)
+    # Failed requests (an outage, rejections, timeouts) come before every latency finding.
+    failed, failed_checks = error_findings(sig, [c for c in causes if c.kind == ERRORS])
+    return Attribution([*failed, *findings], checks + failed_checks, causes_by_episode)
 
 
 __all__ = [

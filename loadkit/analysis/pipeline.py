@@ -19,6 +19,7 @@ from loadkit.analysis import attribution as attr
 from loadkit.analysis.alerts import alerts
 from loadkit.analysis.align import NS, WindowGrid, make_grid
 from loadkit.analysis.breakdown import breakdown, label_episodes
+from loadkit.analysis.causes import request_errors
 from loadkit.analysis.drift import SoakSignals, soak_drift
 from loadkit.analysis.episodes import baseline_windows_for, find_episodes
 from loadkit.analysis.figures import with_figure_values
@@ -504,6 +505,7 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
     for b in detected.bursts:
         burst_mask |= (grid.starts_ns >= b.start_ns) & (grid.starts_ns < (b.end_ns or grid.end_ns))
     load = aligned.load
+    queue_limit, timeout_s = request_errors.run_context(aligned.run)
     signals = attr.Signals(
         window_s=window_s,
         starts_ns=grid.starts_ns,
@@ -523,6 +525,11 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
         corrected_p50_ms=_array(latency.p50_ms),
         dispatch_lag_ms=load.dispatch_lag_max_ms if load is not None else None,
         gaps=aligned.gaps,
+        error_counts=request_errors.error_counts(
+            aligned.run.load_intervals, aligned.start_ns, aligned.end_ns
+        ),
+        max_queue_size=queue_limit,
+        timeout_s=timeout_s,
     )
     episodes = detected.episodes
     attribution = attr.attribute(signals, detected.episodes_for_primary, episodes)
@@ -682,6 +689,8 @@ def headline(
     if not findings:
         return f"{state}. No cause found for latency spikes." if not verdict.passed else f"{state}."
     top = findings[0]
+    if top.cause in request_errors.ERROR_CAUSE_IDS:  # failed requests: what happened, first
+        return f"{state}. {top.summary}"
     periodic = f" every {period_s:.0f} s" if period_s else ""
     if period_s and period_percentile and period_percentile != percentile:
         periodic += f" (period seen in {period_percentile.upper()})"

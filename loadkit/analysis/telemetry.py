@@ -43,6 +43,8 @@ class LoadSeries:
     out_of_range: np.ndarray
     error_kinds: dict[str, int] = field(default_factory=dict)
     dispatch_lag_max_ms: np.ndarray | None = None  # worst arrival-scheduler lateness
+    # Failed requests per window by kind (`refused`, `queue_full`, ...): error episodes.
+    error_kinds_per_window: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def align_load(frame: pd.DataFrame, grid: WindowGrid) -> LoadSeries | None:
@@ -67,12 +69,17 @@ def align_load(frame: pd.DataFrame, grid: WindowGrid) -> LoadSeries | None:
         levels = by_proc.groupby(keys)["_v"].mean().groupby(level=0).sum()
         in_flight[levels.index.to_numpy(dtype=int)] = levels.to_numpy()
     kinds: dict[str, int] = {}
+    per_window: dict[str, np.ndarray] = {}
     if "error_kinds" in frame.columns:
-        for entry in frame["error_kinds"]:
+        windows = grid.index(t)
+        for w, entry in zip(windows, frame["error_kinds"], strict=True):
             if isinstance(entry, dict):
                 for kind, count in entry.items():
                     if isinstance(count, int | float):
                         kinds[str(kind)] = kinds.get(str(kind), 0) + int(count)
+                        if w >= 0:
+                            series = per_window.setdefault(str(kind), np.zeros(grid.n))
+                            series[w] += count
     lag = numeric(frame, "dispatch_lag_max_ms")
     return LoadSeries(
         dispatch_lag_max_ms=reduce_on_grid(grid, t, lag, "max") if lag is not None else None,
@@ -83,6 +90,7 @@ def align_load(frame: pd.DataFrame, grid: WindowGrid) -> LoadSeries | None:
         in_flight=in_flight,
         out_of_range=total("out_of_range"),
         error_kinds=kinds,
+        error_kinds_per_window=per_window,
     )
 
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import TextIO
 
+from loadkit.analysis.causes import BY_ID, ERRORS
+from loadkit.analysis.causes.request_errors import outage_line
 from loadkit.analysis.model import Analysis, Finding
 from loadkit.analysis.pipeline import analyze_run
 from loadkit.analysis.slo import DEFAULT_SLO, parse_slo
@@ -53,6 +55,10 @@ def _ms(value: float | None) -> str:
 
 
 def _evidence_line(finding: Finding) -> str:
+    cause = BY_ID.get(finding.cause)
+    if cause is not None and cause.kind == ERRORS:
+        n = int(next((e.value for e in finding.evidence if e.name == "episodes"), 0) or 0)
+        return f"{n} error episode{'s' if n != 1 else ''}, {finding.coincidence:.0%} of the run"
     stats = (
         [f"{len(finding.episodes)}/{finding.episodes_total} episodes"] if finding.episodes else []
     )
@@ -76,6 +82,9 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
     a = analysis
     o = a.overall
     w = out.write
+    outage = outage_line(a.findings)
+    if outage:  # the most important thing that can happen in a load test: said first
+        w(f"{outage}\n")
     w(
         f"{a.run.run_id}  ({a.run.status}, {o.duration_s:.0f} s, {a.window_s:g} s windows"
         f"{', simulated GPU' if a.run.gpu_kind == 'simulated' else ''})\n"

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from loadkit.errors import EXIT_INTERRUPTED, EXIT_SLO_FAILED, UsageError
+from loadkit.errors import EXIT_INTERRUPTED, EXIT_SLO_FAILED, EXIT_TARGET, UsageError
 
 HELP = "run a load scenario (Locust, open model) and record latency + telemetry"
 
@@ -49,7 +49,14 @@ examples:
 Before recording, loadkit reads the model's metadata, builds the requests
 from it and sends one: when the server rejects it, the run stops with the
 server's own words (exit 2); when nothing answers, exit 3.
+When the target stops answering during the run (connections refused or
+reset), the summary's first line says from when to when, and whether it came
+back; if it was unreachable for more than --max-unreachable of the run
+(default 10 %), the exit status is 3. Everything recorded is kept.
 """
+
+# `loadkit run` exits 3 when the target was unreachable for more than this share of the run.
+DEFAULT_MAX_UNREACHABLE_PCT = 10.0
 
 
 def _scenario_from_argv(argv: list[str]) -> Path | None:
@@ -182,6 +189,14 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     )
     guard = parser.add_argument_group("guard")
     guard.add_argument(
+        "--max-unreachable",
+        type=float,
+        default=DEFAULT_MAX_UNREACHABLE_PCT,
+        metavar="PCT",
+        help="exit status 3 when the target was unreachable (connections refused or reset) "
+        f"for more than PCT %% of the run (default {DEFAULT_MAX_UNREACHABLE_PCT:g})",
+    )
+    guard.add_argument(
         "--abort-on",
         action="append",
         default=[],
@@ -304,6 +319,10 @@ def run(args: argparse.Namespace) -> int:
     from loadkit.load.summary import summarize_run
 
     check_syntax(args.abort_on)  # a bad condition fails before anything starts
+    if not 0 <= args.max_unreachable <= 100:
+        raise UsageError(
+            f"--max-unreachable must be a percentage (0..100), got {args.max_unreachable:g}"
+        )
     if args.progress_every <= 0:
         raise UsageError(f"--progress-every must be > 0, got {args.progress_every:g}")
     if args.serve_metrics is not None and not 0 <= args.serve_metrics <= 65535:
@@ -339,6 +358,11 @@ def run(args: argparse.Namespace) -> int:
         command_line=["loadkit", *sys.argv[1:]],
     )
     summary = summarize_run(run_dir)
+    outage = _outage(run_dir)
+    if outage is not None:
+        from loadkit.analysis.causes.request_errors import outage_line
+
+        print(outage_line([outage]))
     print(summary.text())
     if summary.abort and summary.abort.get("by") == "condition":
         print(f"Aborted by --abort-on: {summary.abort.get('message')}", file=sys.stderr)
@@ -346,4 +370,32 @@ def run(args: argparse.Namespace) -> int:
     if summary.status == "aborted":
         print(f"Interrupted; data recorded so far is kept in {run_dir}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    return _unreachable_status(outage, args.max_unreachable)
+
+
+def _outage(run_dir: Path) -> Any:
+    """The run's `target_unreachable` finding, from its load counters (None: never unreachable)."""
+    from loadkit.analysis.causes.request_errors import CAUSE_UNREACHABLE, error_counts, finding_of
+    from loadkit.rundir import load_run
+
+    run = load_run(run_dir)
+    start, end = run.start_ns, run.end_ns
+    if start is None or end is None or end <= start:
+        return None
+    counts = error_counts(run.load_intervals, int(start), int(end))
+    return finding_of(CAUSE_UNREACHABLE, counts) if counts is not None else None
+
+
+def _unreachable_status(outage: Any, max_pct: float) -> int:
+    """Exit 3 (one ERROR line) when the target was unreachable for more than `max_pct` % of the run."""
+    from loadkit.analysis.causes.request_errors import unreachable_share
+
+    share = unreachable_share(outage)
+    if 100.0 * share > max_pct:
+        print(
+            f"ERROR: the target was unreachable for {share:.0%} of the run "
+            f"(more than --max-unreachable {max_pct:g} %); exit status {EXIT_TARGET}",
+            file=sys.stderr,
+        )
+        return EXIT_TARGET
     return 0

@@ -78,6 +78,19 @@ class FaultWindow:
 
 
 @dataclass(frozen=True)
+class ErrorWindow:
+    """Requests sent between `start_s` and `end_s` fail with `kind` (a failures.py kind).
+
+    `refused`/`reset` fail at once (the target is down), `timeout` after the
+    scenario's timeout_s; the others after a normal answer's time.
+    """
+
+    start_s: float
+    end_s: float
+    kind: str = "refused"
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """What to simulate. Times are seconds since the run start."""
 
@@ -99,6 +112,9 @@ class RunSpec:
     # the model itself slows (GC, data-dependent work): compute x strength, no telemetry signal
     model_slowdowns: tuple[FaultWindow, ...] = ()
     error_rate: float = 0.0
+    error_windows: tuple[ErrorWindow, ...] = ()  # requests fail with a kind (an outage, 503s)
+    max_queue_size: int | None = None  # the model config's default_queue_policy
+    timeout_s: float = 10.0
     sources: tuple[str, ...] = ("gpu", "host", "triton_stats")
     processes: int = 1  # Locust processes (each writes its own latency/load/requests files)
     gpu_interval_s: float = 0.1
@@ -189,6 +205,7 @@ class Simulated:
     batch_size: np.ndarray
     process: np.ndarray
     batch_compute_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    error_kind: np.ndarray | None = None  # per failed request (None: all "http_503")
 
 
 def _arrivals(spec: RunSpec, rng: np.random.Generator) -> np.ndarray:
@@ -284,6 +301,17 @@ def simulate(spec: RunSpec) -> Simulated:
         t = end
     done = server_done + 0.0003 + client_extra * 0.5 + rng.exponential(0.0002, n)
     ok = rng.random(n) >= spec.error_rate
+    kinds = np.full(n, "http_503", dtype=object)
+    for i, t in enumerate(intended):
+        window = _in_any(t, spec.error_windows)
+        if window is None:
+            continue
+        ok[i] = False
+        kinds[i] = window.kind
+        if window.kind in ("refused", "reset"):
+            done[i] = sent[i] + 0.0005
+        elif window.kind == "timeout":
+            done[i] = sent[i] + spec.timeout_s
     process = rng.integers(0, spec.processes, n) if spec.processes > 1 else np.zeros(n, int)
     return Simulated(
         intended=intended,
@@ -297,6 +325,7 @@ def simulate(spec: RunSpec) -> Simulated:
         batch_size=np.array(b_size, dtype=int),
         process=process,
         batch_compute_s=np.array(b_compute),
+        error_kind=kinds,
     )
 
 
@@ -313,11 +342,14 @@ def _in_gap(t: float, spec: RunSpec) -> bool:
 
 def _model_config(spec: RunSpec) -> dict[str, Any]:
     # As Triton's /v2/models/<m>/config returns it (64-bit ints are JSON strings).
+    batching: dict[str, Any] = {"max_queue_delay_microseconds": str(spec.max_queue_delay_us)}
+    if spec.max_queue_size is not None:
+        batching["default_queue_policy"] = {"max_queue_size": str(spec.max_queue_size)}
     return {
         "name": "ranker",
         "backend": "python",
         "max_batch_size": spec.max_batch_size,
-        "dynamic_batching": {"max_queue_delay_microseconds": str(spec.max_queue_delay_us)},
+        "dynamic_batching": batching,
     }
 
 
@@ -382,6 +414,11 @@ def _write_latency_and_load(
             if s < seconds or offered or len(completing):
                 in_flight = int(np.count_nonzero(mine & (sim.sent < s + 1) & (sim.done >= s + 1)))
                 errors = int(len(completing) - len(oks))
+                failed = completing[~sim.ok[completing]]
+                error_kinds: dict[str, int] = {}
+                for j in failed:
+                    kind = str(sim.error_kind[j]) if sim.error_kind is not None else "http_503"
+                    error_kinds[kind] = error_kinds.get(kind, 0) + 1
                 load_row: LoadRow = {
                     "t_ns": lo,
                     "interval_ns": NS,
@@ -394,7 +431,7 @@ def _write_latency_and_load(
                     "dropped": 0,
                     "in_flight": in_flight,
                     "out_of_range": out_of_range,
-                    "error_kinds": {"http_503": errors} if errors else {},
+                    "error_kinds": error_kinds,
                 }
                 if spec.record_gaps:
                     load_row["completion_gaps"] = gaps_by_sec.get(s, [])
@@ -409,7 +446,9 @@ def _write_latency_and_load(
                     "done_ns": _ns(start_ns, sim.done[j]),
                     "name": "infer",
                     "ok": bool(sim.ok[j]),
-                    "error_kind": None if sim.ok[j] else "http_503",
+                    "error_kind": None
+                    if sim.ok[j]
+                    else (str(sim.error_kind[j]) if sim.error_kind is not None else "http_503"),
                     "connection_new": bool(sim.connection_new[j]),
                 }
                 samples.write(sample)
@@ -606,7 +645,11 @@ def write_run(
         out_dir=out_dir,
         run_id=run_id,
         kind="load",
-        scenario={"name": "synthetic", "path": None, "params": {"rate_rps": spec.rate_rps}},
+        scenario={
+            "name": "synthetic",
+            "path": None,
+            "params": {"rate_rps": spec.rate_rps, "timeout_s": spec.timeout_s},
+        },
         target={
             "url": "http://127.0.0.1:8000",
             "protocol": "http",
@@ -679,6 +722,7 @@ def write_run(
 __all__ = [
     "Burst",
     "ClockDrop",
+    "ErrorWindow",
     "FaultWindow",
     "RunSpec",
     "Simulated",

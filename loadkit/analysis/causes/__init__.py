@@ -20,11 +20,13 @@ from loadkit.analysis.causes import (
     gpu_clock_thermal,
     gpu_underused,
     process_stall,
+    request_errors,
     unexplained,
 )
 from loadkit.analysis.causes.base import (
     EITHER,
     EPISODIC,
+    ERRORS,
     STANDING,
     UNEXPLAINED,
     Cause,
@@ -48,6 +50,8 @@ REGISTRY: tuple[Cause, ...] = (
     gpu_underused.CAUSE,
     # No cause matched: which part of the latency grew (scored last, on what is left).
     *unexplained.CAUSES,
+    # Error episodes (failed requests): an outage, rejections, timeouts (found first).
+    *request_errors.CAUSES,
 )
 
 BY_ID: dict[str, Cause] = {c.id: c for c in REGISTRY}
@@ -63,6 +67,7 @@ __all__ = [
     "CAUSE_IDS",
     "EITHER",
     "EPISODIC",
+    "ERRORS",
     "REGISTRY",
     "STANDING",
     "UNEXPLAINED",

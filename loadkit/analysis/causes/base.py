@@ -18,7 +18,7 @@ import numpy as np
 from scipy import stats
 
 from loadkit.analysis.gaps import CompletionGaps
-from loadkit.analysis.model import Evidence
+from loadkit.analysis.model import Evidence, Finding
 from loadkit.analysis.telemetry import (
     GpuSeries,
     HostSeries,
@@ -33,6 +33,27 @@ STANDING = "standing"
 EITHER = "either"
 # A fallback: scored only on the episodes no other found cause explains.
 UNEXPLAINED = "unexplained"
+# Explains error episodes (failed requests), not latency spikes: found by its `find`.
+ERRORS = "errors"
+
+
+@dataclass(frozen=True)
+class ErrorCounts:
+    """Completions and failed requests (in all and by kind) per window of `window_s` from `start_ns`.
+
+    On a 1 s grid whatever the analysis grid: an outage's start and end are named
+    to the second.
+    """
+
+    start_ns: int
+    window_s: float
+    completed: np.ndarray
+    errors: np.ndarray
+    kinds: dict[str, np.ndarray]
+
+    @property
+    def n(self) -> int:
+        return len(self.completed)
 
 
 @dataclass
@@ -58,6 +79,10 @@ class Signals:
     dispatch_lag_ms: np.ndarray | None = None  # worst arrival-scheduler lateness per window
     gaps: CompletionGaps | None = None  # spans with requests in flight and nothing completing
     gpu_count: int | None = None
+    # Error episodes (causes of kind ERRORS): completions and failures on a 1 s grid.
+    error_counts: ErrorCounts | None = None
+    max_queue_size: int | None = None  # the model config's default_queue_policy, if any
+    timeout_s: float | None = None  # the scenario's request timeout
 
     @property
     def n(self) -> int:
@@ -97,6 +122,8 @@ class Cause:
     fault_events: tuple[str, ...] = ()
     # For an unexplained slowdown: the latency component (breakdown name) it names.
     component: str | None = None
+    # For a cause of kind ERRORS: its finding from the run's error episodes (None: none).
+    find: Callable[[Signals], Finding | None] | None = None
 
 
 # --- helpers ------------------------------------------------------------------------

@@ -112,8 +112,9 @@ def test_every_cause_is_one_registry_entry_with_what_the_report_needs():
     assert len(ids) == len(set(ids))
     for cause in REGISTRY:
         assert cause.title and cause.action and callable(cause.signature)
-        assert cause.kind in ("episodic", "standing", "either", "unexplained")
+        assert cause.kind in ("episodic", "standing", "either", "unexplained", "errors")
         assert (cause.component is not None) == (cause.kind == "unexplained")
+        assert (cause.find is not None) == (cause.kind == "errors")
 
 
 def test_where_the_time_goes_names_the_part_that_grew(analyze_spec):
