@@ -287,6 +287,17 @@ def _stats_url(choice: str, target: str) -> str | None:
     return choice
 
 
+def _check_urls(args: argparse.Namespace) -> None:
+    """Every URL on the command line against the one rule (loadkit/endpoint.py), before anything runs."""
+    from loadkit.endpoint import HTTP_SCHEMES, parse_endpoint
+
+    parse_endpoint(args.target, "--target")
+    if args.triton_stats not in ("auto", "none"):
+        parse_endpoint(args.triton_stats, "--triton-stats", HTTP_SCHEMES, "http")
+    if args.triton_metrics != "none":
+        parse_endpoint(args.triton_metrics, "--triton-metrics", HTTP_SCHEMES, "http")
+
+
 def _workers(args: argparse.Namespace) -> Any:
     from loadkit.load.orchestrator import Workers
 
@@ -319,6 +330,7 @@ def run(args: argparse.Namespace) -> int:
     from loadkit.load.summary import summarize_run
 
     check_syntax(args.abort_on)  # a bad condition fails before anything starts
+    _check_urls(args)
     if not 0 <= args.max_unreachable <= 100:
         raise UsageError(
             f"--max-unreachable must be a percentage (0..100), got {args.max_unreachable:g}"

@@ -105,9 +105,14 @@ def _default_metrics_url(triton_url: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from loadkit.endpoint import HTTP_SCHEMES, parse_endpoint
     from loadkit.telemetry import SIM_GPU_STATE_FILE, SamplerSet, start_simulated_gpu
     from loadkit.telemetry.probe import Prober
 
+    if args.triton:
+        parse_endpoint(args.triton, "--triton", HTTP_SCHEMES, "http")
+    if args.metrics:
+        parse_endpoint(args.metrics, "--metrics", HTTP_SCHEMES, "http")
     if not args.triton and not args.metrics and args.probe_rate:
         raise UsageError("--probe-rate needs --triton", hint="give the server's HTTP URL")
     if args.probe_rate is not None and args.probe_rate <= 0:

@@ -80,20 +80,11 @@ class TelemetryOptions:
 
 
 def check_reachable(target_url: str, timeout_s: float = 3.0) -> None:
-    """Fail before recording anything when nothing listens at the target."""
-    from urllib.parse import urlsplit
+    """Fail before recording anything when the URL breaks the rule or nothing listens there."""
+    from loadkit.endpoint import parse_endpoint
 
-    parts = urlsplit(target_url if "://" in target_url else f"grpc://{target_url}")
-    host = parts.hostname
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError as exc:
-        raise UsageError(f"bad --target {target_url!r}: {exc}") from exc
-    if not host:
-        raise UsageError(
-            f"bad --target {target_url!r}",
-            hint="use http://host:port for HTTP/JSON or host:port for gRPC",
-        )
+    endpoint = parse_endpoint(target_url, "--target")
+    host, port = endpoint.host, endpoint.port
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
             pass
