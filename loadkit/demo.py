@@ -178,6 +178,7 @@ def run_demo(
 def _analyze_and_report(run_dir: Path, say: Callable[[str], None]) -> DemoResult:
     from loadkit.analysis.pipeline import analyze_run
     from loadkit.report import html
+    from loadkit.rundir.atomic import write_atomic
 
     run = load_run(run_dir)
     say(f"[3/4] analyzing {run_dir}")
@@ -187,5 +188,5 @@ def _analyze_and_report(run_dir: Path, say: Callable[[str], None]) -> DemoResult
     say(f"      analysis done in {time.monotonic() - started:.1f} s")
     say("[4/4] writing the HTML report")
     report = run_dir / REPORT_FILE
-    report.write_text(html.render(run, analysis), encoding="utf-8")
+    write_atomic(report, html.render(run, analysis))
     return DemoResult(run_dir=run_dir, report_path=report, status=run.status)

@@ -611,11 +611,10 @@ class Analysis:
         return json.dumps(self.to_dict(), allow_nan=False, separators=(",", ":"))
 
     def save(self, path: str | Path) -> None:
-        """Write atomically so a reader never sees half a file."""
-        path = Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(self.to_json() + "\n", encoding="utf-8")
-        tmp.replace(path)
+        """Write atomically so a reader never sees half a file (OSError: the old file is kept)."""
+        from loadkit.rundir.atomic import write_atomic
+
+        write_atomic(path, self.to_json() + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> Analysis:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TextIO
 
 from loadkit.analysis.causes import BY_ID, ERRORS
@@ -11,7 +12,7 @@ from loadkit.analysis.causes.request_errors import outage_line
 from loadkit.analysis.model import Analysis, Finding
 from loadkit.analysis.pipeline import analyze_run
 from loadkit.analysis.slo import DEFAULT_SLO, parse_slo
-from loadkit.errors import EXIT_OK, SloFailed
+from loadkit.errors import EXIT_OK, SloFailed, UsageError
 from loadkit.rundir import load_run
 from loadkit.rundir.layout import ANALYSIS_FILE
 
@@ -24,7 +25,8 @@ Thresholds come from --slo, else the scenario's (manifest "slo"), else the
 defaults (P99 <= {DEFAULT_SLO["p99_ms"]:g} ms, errors <= {DEFAULT_SLO["errors_pct"]:g} %).
 
 exit codes: 0 analyzed (whatever the verdict), 1 SLO failed with --fail-on-slo,
-2 bad --slo, 4 unreadable run directory.
+2 bad --slo or {ANALYSIS_FILE} cannot be written (a full disk, an unwritable
+directory: the previous one is kept), 4 unreadable run directory.
 
 example:  loadkit analyze reports/20251129-204400-burst --slo p99=50ms,errors=0.1% --fail-on-slo
 """
@@ -149,12 +151,24 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
         w(f"note: {note}\n")
 
 
+def save_analysis(analysis: Analysis, path: Path) -> None:
+    """analysis.json whole or not at all; a full disk or an unwritable directory is one line."""
+    try:
+        analysis.save(path)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {path} ({exc.strerror or exc}); the previous one, if any, is kept",
+            hint="free some space or make the run directory writable; --no-write prints the "
+            "analysis without writing it",
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     slo = parse_slo(args.slo) if args.slo else None
     run_dir = load_run(args.run_dir)
     analysis = analyze_run(run_dir, slo=slo)
     if not args.no_write:
-        analysis.save(run_dir.path / ANALYSIS_FILE)
+        save_analysis(analysis, run_dir.path / ANALYSIS_FILE)
     if args.json:
         sys.stdout.write(analysis.to_json() + "\n")
     else:

@@ -76,15 +76,17 @@ def write_output(text: str, output: str, what: str) -> None:
     if output == "-":
         sys.stdout.write(text)
         return
+    from loadkit.rundir.atomic import write_atomic
+
     target = Path(output)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        write_atomic(target, text)  # whole or not at all: the previous report stays
     except OSError as exc:
         raise UsageError(
-            f"cannot write {target} ({exc.strerror or exc})",
-            hint="pass a writable path with -o FILE",
-        ) from exc
+            f"cannot write {target} ({exc.strerror or exc}); the previous one, if any, is kept",
+            hint="free some space, or pass a writable path with -o FILE",
+        ) from None
     resolved = target.resolve()
     print(f"{what}: {target}")
     print(resolved.as_uri())
