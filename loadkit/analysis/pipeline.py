@@ -201,9 +201,11 @@ def _run_info(run: Run, start: int, end: int) -> RunInfo:
 
 def _stopped_sentence(abort: RunAbort | None) -> str:
     """ "Stopped at 12 s by --abort-on p99>200ms for 3s: ..." for a guard abort, else ""."""
-    if abort is None or abort.by != "condition":
+    if abort is None or abort.by not in ("condition", "disk_full"):
         return ""
     at = f" at {abort.t_s:.0f} s" if abort.t_s is not None else ""
+    if abort.by == "disk_full":  # the run directory's disk filled: what was written is kept
+        return f"Stopped{at}: {abort.message}."
     return f"Stopped{at} by --abort-on {abort.condition}: {abort.message}."
 
 

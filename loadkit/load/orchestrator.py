@@ -40,6 +40,7 @@ from loadkit.environment import run_environment
 from loadkit.errors import LoadkitError, TargetError, UsageError
 from loadkit.load.catalog import resolve_scenario
 from loadkit.load.describe import describe_scenario
+from loadkit.load.diskspace import DiskGuard, human, last_written, recorded_bytes, space_warning
 from loadkit.load.guard import (
     AbortCondition,
     Breach,
@@ -50,6 +51,7 @@ from loadkit.load.guard import (
 from loadkit.load.live import LiveRunReader, LiveSnapshot
 from loadkit.load.metrics_endpoint import MetricsEndpoint
 from loadkit.load.progress import ProgressPrinter
+from loadkit.load.recorder import EXIT_WRITE_FAILED
 from loadkit.load.scenario import (
     ENV_DURATION,
     ENV_PARAMS,
@@ -65,6 +67,11 @@ LOGS_DIR = "logs"
 _POLL_S = 0.1  # the guard sees a complete interval within this of its being written
 _START_GRACE_S = 30.0  # Locust import + worker connection + user spawn
 _KILL_GRACE_S = 3.0
+SECOND = 1_000_000_000
+
+
+class RunDirectoryFailure(LoadkitError):
+    """The run directory could not be written during the run (a full disk, a removed folder)."""
 
 
 @dataclass
@@ -532,6 +539,8 @@ class LoadRun:
         self.breach: Breach | None = None
         self.procs: LocustProcesses | None = None
         self.writer: RunWriter | None = None
+        self.disk: DiskGuard | None = None
+        self.disk_failure: str | None = None  # the one line when the run directory failed
         self._stack = ExitStack()
 
     @property
@@ -612,6 +621,11 @@ class LoadRun:
         self.total_s = float(info["duration_s"])
         self.started = time.monotonic()
         self.timeout_s = float(self.resolved_params["timeout_s"])
+        warning = space_warning(writer.path, self.total_s, max(1, o.workers.count))
+        if warning:
+            print(f"WARNING: {warning}", file=sys.stderr)
+        self.disk = DiskGuard(writer.path)
+        self.disk.start()
 
     def _start(self) -> None:
         o = self.options
@@ -679,6 +693,9 @@ class LoadRun:
             if now - last_report >= 1.0 or newest != last_seen:
                 self._refresh()
                 last_report, last_seen = now, newest
+            if self.disk is not None and self.disk.full():
+                self.disk_failure = self._disk_failure("full")
+                break
             if now > deadline:
                 self.failure = (
                     f"Locust did not finish within {deadline - self.started:.0f} s; stopped it"
@@ -688,13 +705,47 @@ class LoadRun:
         if self.breach is not None:
             self.status = "aborted"
             _stop_on_breach(self.writer, procs, self.breach, self.printer, self.timeout_s)
+        elif self.disk_failure is not None:
+            self.status = "aborted"
+            if self.printer is not None:
+                self.printer.finish()
+            procs.signal_main(signal.SIGINT)  # its writes fail now: it stops at once (74)
+            procs.stop(_KILL_GRACE_S + 2)
         else:
-            if self.failure is None:
+            if self.failure is None and procs.main.returncode == EXIT_WRITE_FAILED:
+                self.disk_failure = self._disk_failure("write")
+                self.status = "aborted"
+            elif self.failure is None:
                 self.failure = procs.failure(self.writer.path)
             # The master exits first; its workers follow after their graceful stop.
             if not procs.wait_all(self.timeout_s + 5):
                 procs.stop(_KILL_GRACE_S)
         return self.writer.path
+
+    def _disk_failure(self, why: str) -> str:
+        """One line: which file, how much was recorded, until when."""
+        assert self.writer is not None
+        run_dir = self.writer.path
+        self.reader.poll()
+        last = self.reader.last_complete_interval()
+        start = self.writer.manifest.get("start_ns") or time.time_ns()
+        until = (
+            f"load counters until {time.strftime('%H:%M:%S', time.gmtime((last + SECOND) / 1e9))} "
+            f"UTC (+{(last + SECOND - start) / 1e9:.0f} s of the {self.total_s:.0f} s run)"
+            if last is not None
+            else "no whole second of load counters"
+        )
+        file = last_written(run_dir)
+        where = f" while writing {file}" if file is not None else ""
+        what = (
+            f"the disk holding {run_dir} is full{where}"
+            if why == "full"
+            else f"{run_dir} could not be written{where} (the Locust process stopped)"
+        )
+        return (
+            f"{what}: the load stopped; {human(recorded_bytes(run_dir))} recorded, {until}; "
+            "the run is marked aborted"
+        )
 
     # --- leaving --------------------------------------------------------
     def _interrupted(self) -> None:
@@ -721,9 +772,20 @@ class LoadRun:
                 return False
             if interrupted:
                 self._interrupted()
-            self._finish(writer)
+            try:
+                self._finish(writer)
+            except OSError as exc:  # the last words did not fit either: say what is kept
+                if self.disk_failure is None:
+                    self.disk_failure = self._disk_failure("write")
+                self.disk_failure += f" (the manifest could not be updated: {exc.strerror or exc})"
         finally:
             self._stack.close()
+        if exc_type is None and self.disk_failure is not None:
+            raise RunDirectoryFailure(
+                self.disk_failure,
+                hint=f"what was written is kept and can be analyzed: loadkit analyze {writer.path}; "
+                "free some space or give --out a larger disk",
+            )
         if exc_type is None and self.failure is not None:
             raise LoadkitError(
                 self.failure, hint=f"see {writer.path / LOGS_DIR}/ for the Locust logs"
@@ -731,6 +793,13 @@ class LoadRun:
         return interrupted
 
     def _finish(self, writer: RunWriter) -> None:
+        if self.disk is not None:
+            self.disk.release()  # room for the run's last words (sources, status, abort)
+        if self.disk_failure is not None:
+            writer.update(
+                abort={"by": "disk_full", "t_ns": time.time_ns(), "message": self.disk_failure}
+            )
+            writer.event("error", "run-directory", source="loadkit", message=self.disk_failure)
         procs = self.procs
         if procs is not None and procs.running():
             procs.stop(_KILL_GRACE_S)

@@ -28,7 +28,9 @@ injected, so tests drive it by hand.
 from __future__ import annotations
 
 import heapq
+import os
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -83,8 +85,37 @@ class RecordSink(Protocol):
     def close(self) -> None: ...
 
 
+# A Locust process started by `loadkit run` exits with this status when it cannot write
+# the run directory (a full disk, a read-only or removed directory): the load stops at
+# once, and the orchestrator says so in one line (`orchestrator.RunDirectoryFailure`).
+EXIT_WRITE_FAILED = 74  # EX_IOERR
+
+
+def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A FileSink method whose OSError ends the process when `exit_on_write_error` is set."""
+
+    def call(self: FileSink, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            if not FileSink.exit_on_write_error:
+                raise
+            where = Path(exc.filename) if isinstance(exc.filename, str) else self.run_dir
+            sys.stderr.write(f"ERROR: cannot write {where} ({exc.strerror or exc}); stopping\n")
+            sys.stderr.flush()
+            os._exit(EXIT_WRITE_FAILED)
+
+    call.__name__ = method.__name__
+    call.__doc__ = method.__doc__
+    return call
+
+
 class FileSink:
     """One process's files in the run directory (docs/run-format.md)."""
+
+    # Set in the Locust processes `loadkit run` starts (runtime.py): a write that fails
+    # stops the process instead of leaving tracebacks in every greenlet that writes.
+    exit_on_write_error = False
 
     def __init__(self, run_dir: str | Path, process: str):
         self.run_dir = Path(run_dir)
@@ -96,6 +127,7 @@ class FileSink:
             self.run_dir / REQUESTS_DIR / f"{process}.jsonl", segment_s=SEGMENT_S
         )
 
+    @_guarded
     def histogram(self, tag: str, start_ns: int, end_ns: int, histogram: HdrHistogram) -> None:
         if self._hlog is None:
             self._hlog = IntervalLogWriter(
@@ -104,6 +136,7 @@ class FileSink:
         self._hlog.write(tag, start_ns, end_ns, histogram)
         self._hlog_dirty = True
 
+    @_guarded
     def histogram_encoded(
         self, tag: str, start_ns: int, end_ns: int, max_us: int, payload: str
     ) -> None:
@@ -115,6 +148,7 @@ class FileSink:
         self._hlog.write_encoded(tag, start_ns, end_ns, max_us, payload)
         self._hlog_dirty = True
 
+    @_guarded
     def load(self, row: LoadRow) -> None:
         # Histograms before the load rows that announce them: a live reader that
         # sees an interval's load rows (docs/run-format.md) has its histograms.
@@ -123,21 +157,25 @@ class FileSink:
             self._hlog_dirty = False
         self._load.write(row)
 
+    @_guarded
     def request(self, row: RequestRow) -> None:
         self._requests.write(row)
 
+    @_guarded
     def event(self, kind: str, name: str, **attrs: Any) -> None:
         append_event(self.run_dir, kind, name, **attrs)
 
     def interval_done(self) -> None:
         pass
 
+    @_guarded
     def flush(self) -> None:
         if self._hlog is not None:  # histograms before the load rows that announce them
             self._hlog.flush()
         self._requests.flush()
         self._load.flush()
 
+    @_guarded
     def close(self) -> None:
         self._load.close()
         self._requests.close()

@@ -42,7 +42,7 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from loadkit.environment import run_environment
 from loadkit.load import channel, locust_stats, webui
 from loadkit.load.dispatch import OpenModelDispatcher
-from loadkit.load.recorder import INTERVAL_NS, LatencyRecorder
+from loadkit.load.recorder import INTERVAL_NS, FileSink, LatencyRecorder
 from loadkit.load.scenario import (
     ENV_DURATION,
     ENV_PARAMS,
@@ -580,6 +580,7 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
         environment.events.worker_connect.add_listener(runtime.on_worker_connect)
     if not isinstance(runner, WorkerRunner) and os.environ.get(ENV_RUN_DIR):
         gevent.signal_handler(signal.SIGINT, _interrupt_main_greenlet)
+        FileSink.exit_on_write_error = True  # a full disk stops the load (one line, status 74)
     if not isinstance(runner, WorkerRunner) and environment.web_ui is not None:  # its web UI
         webui.attach(
             environment.web_ui,

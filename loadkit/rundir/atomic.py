@@ -8,6 +8,7 @@ was, and the temporary file is removed.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -15,8 +16,13 @@ from pathlib import Path
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write `text` (UTF-8) to `path` whole, or leave `path` untouched and raise (OSError, ...)."""
     target = Path(path)
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)  # a rewritten file keeps its mode
+    except OSError:
+        mode = 0o644  # mkstemp's 0600 would hide a report from its readers
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

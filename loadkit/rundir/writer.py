@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from loadkit import __version__
+from loadkit.rundir.atomic import write_atomic
 from loadkit.rundir.layout import (
     EVENTS_FILE,
     MANIFEST_FILE,
@@ -186,14 +187,8 @@ def write_manifest(run_dir: str | os.PathLike[str], manifest: dict[str, Any]) ->
     Held to `schema.Manifest` first: every required key, no key it does not know.
     """
     check_manifest(manifest)
-    path = Path(run_dir) / MANIFEST_FILE
-    tmp = path.with_suffix(".json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2, default=_json_default, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    text = json.dumps(manifest, indent=2, default=_json_default, sort_keys=False) + "\n"
+    write_atomic(Path(run_dir) / MANIFEST_FILE, text)
 
 
 def read_manifest_raw(run_dir: str | os.PathLike[str]) -> dict[str, Any]:

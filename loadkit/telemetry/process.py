@@ -131,11 +131,20 @@ def sampler_main(spec: SamplerSpec, run_dir: str) -> int:
         Path(run_dir) / TELEMETRY_DIR / f"{spec.source}.jsonl", segment_s=SEGMENT_S
     )
     try:
-        run_loop(sampler, writer, spec.interval_s, should_stop=stop.wait, run_dir=Path(run_dir))
-    finally:
-        writer.close()
-        sampler.close()
+        try:
+            run_loop(sampler, writer, spec.interval_s, should_stop=stop.wait, run_dir=Path(run_dir))
+        finally:
+            sampler.close()
+            writer.close()
+    except OSError:
+        # The run directory cannot be written (a full disk): the orchestrator stops the
+        # run and says so in one line; a traceback per sampler would say it six times.
+        return EXIT_WRITE_FAILED
     return 0
+
+
+# A sampler that cannot write its file exits with this status (EX_IOERR), quietly.
+EXIT_WRITE_FAILED = 74
 
 
 def main(argv: list[str] | None = None) -> int:

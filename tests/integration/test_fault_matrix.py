@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -126,3 +127,88 @@ def test_target_sigkilled_mid_run_is_an_outage_exit_3_and_named_with_its_start(
     assert evidence["came_back"] == 0
     assert analysis["headline"].startswith("FAIL. The target stopped answering at")
     print(f"killed at {killed_s:.1f} s; the outage found from {evidence['start_s']:.0f} s")
+
+
+def _mount_namespace_skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to mount a tmpfs in a mount namespace of its own"
+    if shutil.which("unshare") is None:
+        return "needs unshare (util-linux) for a mount namespace"
+    probe = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        return f"cannot mount a tmpfs in a new mount namespace: {probe.stderr.strip()}"
+    return None
+
+
+def test_disk_full_mid_run_is_one_line_the_run_aborted_and_what_was_written_kept(
+    tmp_path: Path,
+) -> None:
+    why = _mount_namespace_skip_reason()
+    if why:
+        pytest.skip(why)
+    # GIVEN --out on a 300 KiB tmpfs (in a mount namespace of the test's own) that a
+    # 20 s run at 100/s fills in about 12 s
+    mnt, kept = tmp_path / "mnt", tmp_path / "kept"
+    mnt.mkdir()
+    kept.mkdir()
+    with EmbeddedTriton(log_path=tmp_path / "triton.log") as triton:
+        run = " ".join(
+            [
+                sys.executable,
+                "-m",
+                "loadkit.cli",
+                "run",
+                str(REPO / "scenarios" / "soak.py"),
+                "--target",
+                triton.http_url,
+                "--set rate=100 --duration 20 --no-progress --gpu none",
+                f"--out {mnt} --run-id full",
+            ]
+        )
+        script = (
+            "mount --make-rprivate / && "
+            f"mount -t tmpfs -o size=300k tmpfs {mnt} && "
+            f"{{ {run} > {tmp_path}/stdout 2> {tmp_path}/stderr; echo $? > {tmp_path}/rc; }}; "
+            # what was kept, copied out of the namespace before the tmpfs goes with it
+            f"cp -a {mnt}/full {kept}/"
+        )
+        done = subprocess.run(
+            ["unshare", "--mount", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    out, err = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
+    rc = int((tmp_path / "rc").read_text())
+    print(out, err)
+
+    # THEN before the run, a warning that the disk may not hold it
+    _no_traceback(out, err)
+    assert "WARNING: " in err and "free on the disk holding" in err
+    # AND one ERROR line: which file, how much was recorded, until when; exit status 2
+    errors = [line for line in err.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1, err
+    line = errors[0]
+    assert f"the disk holding {mnt}/full is full while writing " in line
+    assert "KiB recorded, load counters until " in line and "of the 20 s run" in line
+    assert rc == 2
+    # AND the run is marked aborted with the reason, and what was written is kept
+    run_dir = kept / "full"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "aborted"
+    assert manifest["abort"]["by"] == "disk_full" and manifest["abort"]["message"] in line
+    assert not (run_dir / ".loadkit-reserve").exists()
+    loaded = load_run(run_dir)
+    assert int(loaded.load_intervals["ok"].sum()) > 300
+    # AND it analyzes: the headline says why it stopped
+    analyzed = _cli("analyze", str(run_dir))
+    _no_traceback(analyzed.stdout, analyzed.stderr)
+    assert analyzed.returncode == 0, analyzed.stderr[-2000:]
+    analysis = json.loads((run_dir / "analysis.json").read_text())
+    assert analysis["run"]["status"] == "aborted"
+    assert "the disk holding" in analysis["headline"] and "is full" in analysis["headline"]
