@@ -149,7 +149,7 @@ def read_interval_log(
                 interval = float(length)
                 hist = decode(payload.encode("ascii"))
             except Exception as exc:  # a torn or corrupted line
-                msg = f"{path.name}:{lineno}: skipped unreadable histogram line ({type(exc).__name__})"
+                msg = f"{path.parent.name}/{path.name}:{lineno}: skipped unreadable histogram line ({type(exc).__name__})"
                 log.warning(msg)
                 if warnings is not None:
                     warnings.append(msg)

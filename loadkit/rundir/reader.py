@@ -73,15 +73,20 @@ def _parse_lines(
         except ValueError:
             torn = not line.endswith("\n")
             why = "torn last line (run was killed mid-write)" if torn else "corrupted line"
-            msg = f"{path.name}:{lineno}: skipped {why}"
+            msg = f"{_shown(path)}:{lineno}: skipped {why}"
             log.warning(msg)
             warnings.append(msg)
             continue
         if isinstance(row, dict):
             rows.append(row)
         else:
-            warnings.append(f"{path.name}:{lineno}: skipped a line that is not a JSON object")
+            warnings.append(f"{_shown(path)}:{lineno}: skipped a line that is not a JSON object")
     return rows
+
+
+def _shown(path: Path) -> str:
+    """`load/local.jsonl`: the file a warning names, with its folder (several share a name)."""
+    return f"{path.parent.name}/{path.name}"
 
 
 def iter_jsonl_chunks(path: Path, warnings: list[str]) -> Iterator[list[dict[str, Any]]]:
@@ -96,7 +101,15 @@ def iter_jsonl_chunks(path: Path, warnings: list[str]) -> Iterator[list[dict[str
             try:
                 lines = list(islice(f, CHUNK_LINES))
             except (EOFError, OSError, zlib.error) as exc:
-                msg = f"{path.name}: compressed segment unreadable after line {lineno - 1} ({exc})"
+                # gzip reads ahead: what it had decompressed before the damage is salvaged
+                # from the raw bytes, whole lines only.
+                kept = salvage_gzip_lines(path)[lineno - 1 :]
+                if kept:
+                    yield _parse_lines(path, kept, lineno, warnings)
+                msg = (
+                    f"{_shown(path)}: compressed segment unreadable after line "
+                    f"{lineno - 1 + len(kept)} ({exc}); the rest of it is skipped"
+                )
                 log.warning(msg)
                 warnings.append(msg)
                 return
@@ -104,6 +117,20 @@ def iter_jsonl_chunks(path: Path, warnings: list[str]) -> Iterator[list[dict[str
                 return
             yield _parse_lines(path, lines, lineno, warnings)
             lineno += len(lines)
+
+
+def salvage_gzip_lines(path: Path) -> list[str]:
+    """The whole lines a cut-short or corrupted gzip file decompresses to, up to the damage."""
+    decompressor = zlib.decompressobj(wbits=31)  # gzip header
+    out = bytearray()
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(1 << 16):
+                out += decompressor.decompress(block)
+    except (OSError, zlib.error):
+        pass
+    text = out.decode("utf-8", errors="replace")
+    return text.splitlines(keepends=True)[:-1] if not text.endswith("\n") else text.splitlines(True)
 
 
 def read_jsonl(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
@@ -530,4 +557,22 @@ def load_run(path: str | os.PathLike[str]) -> Run:
             f"{path} has schema_version {version!r}; this loadkit reads version(s) {known}",
             hint="upgrade loadkit to read runs written by a newer version",
         )
-    return Run(path, manifest)
+    run = Run(path, manifest)
+    run.warnings.extend(missing_source_files(run))
+    return run
+
+
+def missing_source_files(run: Run) -> list[str]:
+    """A warning per telemetry file the manifest lists that is not there (deleted, never copied)."""
+    out: list[str] = []
+    for source in run.manifest.get("sources") or []:
+        file = source.get("file") if isinstance(source, dict) else None
+        if not isinstance(file, str) or not file.startswith(f"{TELEMETRY_DIR}/"):
+            continue
+        stem = Path(file).name.split(".", 1)[0]
+        if not run.has_series(stem):
+            out.append(
+                f"{file} is listed in the manifest's sources but missing: "
+                f"the causes that need {stem} telemetry are not assessable"
+            )
+    return out
