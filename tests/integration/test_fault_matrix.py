@@ -212,3 +212,111 @@ def test_disk_full_mid_run_is_one_line_the_run_aborted_and_what_was_written_kept
     analysis = json.loads((run_dir / "analysis.json").read_text())
     assert analysis["run"]["status"] == "aborted"
     assert "the disk holding" in analysis["headline"] and "is full" in analysis["headline"]
+
+
+def test_target_restarted_mid_run_came_back_and_its_counters_reset(tmp_path: Path) -> None:
+    # GIVEN a 24 s run at 50/s with Triton's statistics sampled, and a server that is
+    # SIGKILLed 5 s into the load and started again on the same ports
+    first = EmbeddedTriton(log_path=tmp_path / "triton-1.log")
+    first.start()
+    ports = {s: first._port(s) for s in ("http", "grpc", "metrics")}
+    second: EmbeddedTriton | None = None
+    argv = [
+        *(sys.executable, "-m", "loadkit.cli", "run", str(REPO / "scenarios" / "soak.py")),
+        *("--target", first.http_url, "--set", "rate=50", "--set", "timeout_s=2"),
+        *("--duration", "24", "--out", str(tmp_path), "--run-id", "restarted"),
+        *("--gpu", "none", "--no-progress", "--max-unreachable", "100"),
+    ]
+    run_dir = tmp_path / "restarted"
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        load_start = None
+        while load_start is None and time.monotonic() < deadline and proc.poll() is None:
+            load_start = _phase_ns(run_dir, "load-start")
+            time.sleep(0.05)
+        assert load_start is not None, "the load never started"
+        time.sleep(max(0.0, (load_start + 5 * SECOND - time.time_ns()) / 1e9))
+        os.kill(first.pid, signal.SIGKILL)
+        first.stop()
+        second = EmbeddedTriton(
+            log_path=tmp_path / "triton-2.log",
+            http_port=ports["http"],
+            grpc_port=ports["grpc"],
+            metrics_port=ports["metrics"],
+        )
+        second.start()
+        back_ns = time.time_ns()
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        first.stop()
+        if second is not None:
+            second.stop()
+    print(out, err)
+
+    # THEN the first line says the target stopped answering and came back; exit 0
+    # (--max-unreachable 100), the run complete, nothing lost before or after
+    _no_traceback(out, err)
+    first_line = out.splitlines()[0]
+    assert first_line.startswith("TARGET UNREACHABLE: The target stopped answering from ")
+    assert "it came back at" in first_line
+    assert proc.returncode == 0, (out, err)
+    run = load_run(run_dir)
+    assert run.status == "complete"
+    load = run.load_intervals
+    after = load[load["t_ns"] > back_ns + SECOND]
+    assert int(after["ok"].sum()) > 0  # answers again after the restart
+
+    # AND the analysis: the outage came back, Triton's counters reset and were handled
+    done = _cli("analyze", str(run_dir))
+    _no_traceback(done.stdout, done.stderr)
+    assert done.returncode == 0, done.stderr[-2000:]
+    analysis = json.loads((run_dir / "analysis.json").read_text())
+    top = analysis["findings"][0]
+    evidence = {e["name"]: e["value"] for e in top["evidence"]}
+    assert top["cause"] == "target_unreachable" and evidence["came_back"] == 1
+    back_s = (back_ns - run.start_ns) / 1e9
+    assert evidence["back_s"] <= back_s + 2.0, (evidence, back_s)
+    assert any("counter reset" in n for n in analysis["notes"]), analysis["notes"]
+
+
+def _opened_a_run_file(pid: int, run_dir: Path) -> bool:
+    """The process has a file of the run directory open: the analysis is reading it."""
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return False
+    return any(link.startswith(str(run_dir) + "/") for link in links)
+
+
+def test_analyze_interrupted_keeps_the_previous_analysis(tmp_path: Path) -> None:
+    # GIVEN a 20-minute synthetic run (a few seconds to analyze) with a previous analysis.json
+    from loadkit.testing.synthetic import RunSpec, write_run
+
+    run_dir = write_run(RunSpec(duration_s=1200, rate_rps=150), tmp_path)
+    previous = run_dir / "analysis.json"
+    previous.write_text('{"previous": true}\n')
+    # WHEN `loadkit analyze` gets SIGINT (Ctrl-C) while it reads the run
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadkit.cli", "analyze", str(run_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        if _opened_a_run_file(proc.pid, run_dir):
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the analysis finished before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    # THEN exit 130, one line, no traceback, and the previous analysis.json as it was
+    _no_traceback(out, err)
+    assert proc.returncode == 130, (out, err)
+    assert err.strip().splitlines()[-1].startswith("Interrupted")
+    assert previous.read_text() == '{"previous": true}\n'
+    assert not [p.name for p in run_dir.iterdir() if p.name.endswith(".tmp")]
