@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from loadkit import lifeline
@@ -233,6 +234,44 @@ def test_a_killed_worker_is_reported_and_the_run_completes(
     assert sum(r["offered"] for r in rows) == RATE * duration / 2
     assert sum(r["ok"] for r in rows) == RATE * duration / 2
     assert cluster.workers[0].wait(30) == 0
+
+
+def test_a_worker_partitioned_from_its_master_is_reported_and_the_run_completes(
+    triton: EmbeddedTriton, cluster_factory: Any
+) -> None:
+    # GIVEN a run of 12 s over two workers
+    duration = 12.0
+    cluster = cluster_factory(triton.http_url, duration_s=duration)
+    cluster.wait_for_rows(2)
+    # WHEN one worker stops answering its master (frozen: no heartbeats, no records) for 6 s,
+    # long enough for the master to count it lost, then comes back
+    victim = psutil.Process(cluster.workers[1].pid)
+    frozen = [victim, *victim.children(recursive=True)]  # `loadkit worker` and its Locust
+    for proc in frozen:
+        proc.send_signal(signal.SIGSTOP)
+    frozen_ns = time.time_ns()
+    try:
+        time.sleep(6.0)
+    finally:
+        for proc in frozen:
+            proc.send_signal(signal.SIGCONT)
+    # THEN the run completes, naming the partitioned worker as lost, with no traceback
+    assert cluster.master.wait(90) == 0, cluster.output(cluster.master)
+    output = cluster.output(cluster.master)
+    assert "Traceback" not in output, output
+    manifest = json.loads((cluster.run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
+    lost = manifest["distributed"]["lost"]
+    assert [w["worker"] for w in lost] == ["worker-1"], manifest["distributed"]
+    assert lost[0]["last_interval_end_ns"] <= frozen_ns + 1_000_000_000
+    assert "lost worker-1 at" in output
+    # ... and the other worker's data is whole
+    rows = [
+        json.loads(line)
+        for line in (cluster.run_dir / "load" / "worker-0.jsonl").read_text().splitlines()
+    ]
+    assert sum(r["offered"] for r in rows) == RATE * duration / 2
+    assert sum(r["ok"] for r in rows) == RATE * duration / 2
 
 
 def test_workers_stop_sending_within_5s_of_the_master_being_killed(
