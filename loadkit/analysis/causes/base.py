@@ -41,8 +41,8 @@ ERRORS = "errors"
 class ErrorCounts:
     """Completions and failed requests (in all and by kind) per window of `window_s` from `start_ns`.
 
-    On a 1 s grid whatever the analysis grid: an outage's start and end are named
-    to the second.
+    On a 1 s grid of wall-clock seconds whatever the analysis grid: an outage's
+    start and end are named to the second in which they fell.
     """
 
     start_ns: int
@@ -50,6 +50,9 @@ class ErrorCounts:
     completed: np.ndarray
     errors: np.ndarray
     kinds: dict[str, np.ndarray]
+    # The grid's start minus the run's, in seconds (<= 0): load counters cover whole
+    # wall-clock seconds, and the grid follows them, not the run's fractional start.
+    offset_s: float = 0.0
 
     @property
     def n(self) -> int:

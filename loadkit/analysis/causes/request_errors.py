@@ -102,13 +102,16 @@ class ErrorEpisode:
 
 def error_counts(load: pd.DataFrame, start_ns: int, end_ns: int) -> ErrorCounts | None:
     """The load counters' completions and failures per second (None: no load counters)."""
-    grid = make_grid(start_ns, end_ns, 1.0)
+    second = 1_000_000_000
+    grid_start = start_ns - start_ns % second  # the recorder's intervals are whole seconds
+    grid = make_grid(grid_start, end_ns, 1.0)
     series = align_load(load, grid)
     if series is None:
         return None
     ok = np.nan_to_num(series.ok)
     errors = np.nan_to_num(series.errors)
-    return ErrorCounts(start_ns, 1.0, ok + errors, errors, series.error_kinds_per_window)
+    offset = (grid_start - start_ns) / second
+    return ErrorCounts(grid_start, 1.0, ok + errors, errors, series.error_kinds_per_window, offset)
 
 
 def class_errors(error_kinds: Mapping[str, np.ndarray], cause: str, n: int) -> np.ndarray:
@@ -177,6 +180,10 @@ def _evidence(
 ) -> list[Evidence]:
     w = counts.window_s
     n = counts.n
+
+    def at(window: int) -> float:
+        return max(0.0, window * w + counts.offset_s)
+
     n_windows = sum(e.last - e.first + 1 for e in episodes)
     errors = sum(e.errors for e in episodes)
     completed = sum(e.completed for e in episodes)
@@ -184,12 +191,12 @@ def _evidence(
     out = [
         Evidence("episodes", float(len(episodes)), "episodes"),
         Evidence(
-            "start_s", episodes[0].first * w, "s", "first episode's start, from the run start"
+            "start_s", at(episodes[0].first), "s", "first episode's start, from the run start"
         ),
-        Evidence("end_s", (last.last + 1) * w, "s", "last episode's end"),
+        Evidence("end_s", at(last.last + 1), "s", "last episode's end"),
         Evidence("duration_s", n_windows * w, "s", "in all episodes"),
         Evidence("run_share", n_windows / n if n else None, "x", "of the run's seconds"),
-        Evidence("run_end_s", n * w, "s"),
+        Evidence("run_end_s", at(n), "s"),
         Evidence("errors", float(errors), "requests", "failed in the episodes"),
         Evidence("completed", float(completed), "requests", "answered or failed in the episodes"),
         Evidence("failed_pct", 100.0 * errors / completed if completed else None, "%"),
@@ -197,13 +204,13 @@ def _evidence(
         Evidence(
             "came_back", 1.0 if last.back is not None else 0.0, "bool", "after the last episode"
         ),
-        Evidence("back_s", last.back * w if last.back is not None else None, "s"),
+        Evidence("back_s", at(last.back) if last.back is not None else None, "s"),
     ]
     for e in episodes:
         out.append(
-            Evidence("episode_start_s", e.first * w, "s", f"came back: {e.back is not None}")
+            Evidence("episode_start_s", at(e.first), "s", f"came back: {e.back is not None}")
         )
-        out.append(Evidence("episode_end_s", (e.last + 1) * w, "s"))
+        out.append(Evidence("episode_end_s", at(e.last + 1), "s"))
     kinds: dict[str, int] = {}
     for e in episodes:
         for k, v in e.kinds.items():

@@ -132,3 +132,25 @@ def test_episodes_merge_across_short_gaps_and_need_enough_errors():
     )
     assert base == 0.0
     assert [(e.first, e.last, e.back) for e in episodes] == [(5, 11, 12)]
+
+
+def test_the_outage_is_timed_by_the_wall_clock_seconds_the_counters_cover():
+    import pandas as pd
+
+    # GIVEN a run that started 0.6 s into a wall-clock second, and counters per whole second
+    second = 1_000_000_000
+    start = 1_764_449_000 * second + 600_000_000
+    rows = [
+        {
+            "t_ns": 1_764_449_000 * second + s * second,
+            "ok": 0 if s >= 10 else 50,
+            "errors": 50 if s >= 10 else 0,
+            "error_kinds": {"refused": 50} if s >= 10 else {},
+        }
+        for s in range(20)
+    ]
+    counts = re_.error_counts(pd.DataFrame(rows), start, start + 19 * second)
+    assert counts is not None and counts.offset_s == pytest.approx(-0.6)
+    f = re_.finding_of(re_.CAUSE_UNREACHABLE, counts)
+    # THEN the outage starts where its first failing second starts: 9.4 s after the run did
+    assert f is not None and _ev(f, "start_s") == pytest.approx(9.4)
