@@ -239,6 +239,7 @@ def test_target_restarted_mid_run_came_back_and_its_counters_reset(tmp_path: Pat
         time.sleep(max(0.0, (load_start + 5 * SECOND - time.time_ns()) / 1e9))
         os.kill(first.pid, signal.SIGKILL)
         first.stop()
+        time.sleep(2.0)  # the restart takes a while, as a real one does (the outage's length)
         second = EmbeddedTriton(
             log_path=tmp_path / "triton-2.log",
             http_port=ports["http"],
