@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loadkit import __version__
+from loadkit.analysis.causes.request_errors import ERROR_CAUSE_IDS
 from loadkit.analysis.model import (
     Analysis,
     Finding,
@@ -263,6 +264,12 @@ def _finding(finding: Finding, analysis: Analysis) -> dict[str, Any]:
             for ev in finding.evidence
         ],
         "stats": [
+            # Failed requests are counted, not tested against spike episodes.
+            ("share of the run", fmt.fraction_pct(finding.coincidence)),
+            ("baseline share of failed requests", fmt.fraction_pct(finding.baseline_rate)),
+        ]
+        if finding.cause in ERROR_CAUSE_IDS
+        else [
             ("episodes explained", f"{len(finding.episodes)} of {finding.episodes_total}"),
             ("signature in episodes", fmt.fraction_pct(finding.coincidence)),
             ("signature in baseline windows", fmt.fraction_pct(finding.baseline_rate)),
