@@ -154,3 +154,29 @@ def test_the_outage_is_timed_by_the_wall_clock_seconds_the_counters_cover():
     f = re_.finding_of(re_.CAUSE_UNREACHABLE, counts)
     # THEN the outage starts where its first failing second starts: 9.4 s after the run did
     assert f is not None and _ev(f, "start_s") == pytest.approx(9.4)
+
+
+def test_loadkit_run_exits_3_past_the_unreachable_share(capsys):
+    from loadkit.commands.run import _unreachable_status
+
+    n = 100
+    completed = np.full(n, 50.0)
+    refused = np.zeros(n)
+    refused[60:] = 50  # unreachable for the last 40 s of 100
+    counts = ErrorCounts(0, 1.0, completed, refused.copy(), {"refused": refused})
+    outage = re_.finding_of(re_.CAUSE_UNREACHABLE, counts)
+    assert re_.unreachable_share(outage) == pytest.approx(0.4)
+    assert _unreachable_status(outage, 10.0) == 3
+    assert capsys.readouterr().err == (
+        "ERROR: the target was unreachable for 40% of the run "
+        "(more than --max-unreachable 10 %); exit status 3\n"
+    )
+    assert _unreachable_status(outage, 50.0) == 0
+    assert _unreachable_status(None, 0.0) == 0
+
+
+def test_max_unreachable_must_be_a_percentage(capsys):
+    from loadkit.cli import main
+
+    assert main(["run", "soak", "--target", "http://127.0.0.1:1", "--max-unreachable", "150"]) == 2
+    assert "--max-unreachable must be a percentage (0..100), got 150" in capsys.readouterr().err
