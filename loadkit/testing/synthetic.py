@@ -114,6 +114,11 @@ class RunSpec:
     request_samples_per_s: int = 40
     status: str = "complete"
     record_gaps: bool = True  # load rows carry `completion_gaps`, as the recorder writes them
+    # The server threads' run delay (schedstat) in ms per second: recorded when set, and
+    # multiplied by `run_delay_rise` in the CPU-saturation windows (a neighbour at the
+    # server's own priority gets its fair share: 1.5-2x; one at nice -10: 7-27x).
+    run_delay_ms_per_s: float | None = None
+    run_delay_rise: float = 1.0
 
 
 def periodic_clock_drops(
@@ -495,6 +500,7 @@ def _write_host(
     periods = throttled = 0
     throttled_ns = 0
     psi = 0.5
+    run_delay_ns = 0
     n = int(spec.duration_s / spec.host_interval_s)
     reset_done = False
     for k in range(n):
@@ -513,6 +519,9 @@ def _write_host(
             reset_done = True
         n_periods = int(round(spec.host_interval_s / 0.1))
         periods += n_periods
+        if spec.run_delay_ms_per_s is not None:
+            rate = spec.run_delay_ms_per_s * (spec.run_delay_rise if sat else 1.0)
+            run_delay_ns += int(rate * float(rng.uniform(0.85, 1.15)) * 1e6 * spec.host_interval_s)
         if quota:
             got = int(n_periods * min(1.0, 0.5 + 0.4 * quota.strength))
             throttled += got
@@ -538,6 +547,8 @@ def _write_host(
             "tcp_new_connections": new_conns,
             "mem_used_bytes": 40 * 2**30,
         }
+        if spec.run_delay_ms_per_s is not None:
+            host_row["server_run_delay_ns"] = run_delay_ns
         out.write(host_row)
     out.close()
 
