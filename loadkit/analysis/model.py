@@ -305,7 +305,10 @@ class Periodicity:
     p_value: float | None = None  # Rayleigh test of episode start phases
     cycles: float | None = None  # run length / period
     episodes_used: int = 0
-    reason: str = ""  # why not periodic, or how it was confirmed
+    reason: str = ""  # why not periodic (one phrase), or how it was confirmed
+    # Each candidate period tried and why it was not confirmed, once per period and
+    # reason (the report's periodicity table and analysis.json; the summary names one).
+    rejected: tuple[str, ...] = ()
 
 
 # --- attribution --------------------------------------------------------------

@@ -333,6 +333,7 @@ def _periodicity(p: Any) -> dict[str, Any]:
         "p_value": fmt.p_value(p.p_value),
         "cycles": fmt.sig(p.cycles, 2),
         "reason": p.reason,
+        "rejected": list(p.rejected),
     }
 
 
