@@ -290,6 +290,7 @@ BREAKDOWN_LABELS = {
     "client_network": "client + network",
     "server_queue": "server queue",
     "server_compute": "server compute",
+    "server_data_movement": "data movement",
     "server_side": "server side",
 }
 

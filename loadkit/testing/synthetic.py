@@ -98,6 +98,9 @@ class RunSpec:
     stalls: tuple[FaultWindow, ...] = ()  # server process stopped (SIGSTOP)
     # the model itself slows (GC, data-dependent work): compute x strength, no telemetry signal
     model_slowdowns: tuple[FaultWindow, ...] = ()
+    # host-device copies grow (large payloads, unpinned memory): strength = extra ms of
+    # compute_input + compute_output per request in the batch; compute_infer unchanged
+    data_movements: tuple[FaultWindow, ...] = ()
     error_rate: float = 0.0
     sources: tuple[str, ...] = ("gpu", "host", "triton_stats")
     processes: int = 1  # Locust processes (each writes its own latency/load/requests files)
@@ -194,6 +197,7 @@ class Simulated:
     batch_size: np.ndarray
     process: np.ndarray
     batch_compute_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    batch_io_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # input + output copies
 
 
 def _arrivals(spec: RunSpec, rng: np.random.Generator) -> np.ndarray:
@@ -243,6 +247,7 @@ def simulate(spec: RunSpec) -> Simulated:
     b_end: list[float] = []
     b_size: list[int] = []
     b_compute: list[float] = []
+    b_io: list[float] = []
     queue: deque[int] = deque()
     t = 0.0
     i = 0
@@ -275,7 +280,14 @@ def simulate(spec: RunSpec) -> Simulated:
         quota = _in_any(t_start, spec.cgroup_quotas)
         if quota:
             compute *= 1.0 + quota.strength * float(rng.uniform(0.5, 1.5))
-        end = t_start + compute
+        # compute_input + compute_output: a small copy per request, more in a movement window
+        # (recorded only where the spec injects data movement: other runs keep input/output 0)
+        io = 0.0
+        if spec.data_movements:
+            moving = _in_any(t_start, spec.data_movements)
+            io = size * (0.00005 + (moving.strength / 1000.0 if moving else 0.0))
+            io *= float(rng.lognormal(0.0, spec.compute_noise))
+        end = t_start + compute + io
         for stall in spec.stalls:  # stopped mid-batch: the batch finishes after SIGCONT
             if t_start < stall.start_s < end:
                 end += stall.end_s - stall.start_s
@@ -285,7 +297,8 @@ def simulate(spec: RunSpec) -> Simulated:
         b_start.append(t_start)
         b_end.append(end)
         b_size.append(size)
-        b_compute.append(end - t_start)
+        b_compute.append(end - t_start - io)
+        b_io.append(io)
         t = end
     done = server_done + 0.0003 + client_extra * 0.5 + rng.exponential(0.0002, n)
     ok = rng.random(n) >= spec.error_rate
@@ -302,6 +315,7 @@ def simulate(spec: RunSpec) -> Simulated:
         batch_size=np.array(b_size, dtype=int),
         process=process,
         batch_compute_s=np.array(b_compute),
+        batch_io_s=np.array(b_io),
     )
 
 
@@ -563,6 +577,8 @@ def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_
             "inference_count",
             "queue_ns",
             "compute_infer_ns",
+            "compute_input_ns",
+            "compute_output_ns",
         ),
         0,
     )
@@ -585,8 +601,12 @@ def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_
             "queue_ns": int(sim.queue_s[done_here].sum() * NS),
             "compute_infer_ns": int((sim.batch_compute_s[in_b] * sizes).sum() * NS),
         }
-        # Triton's request time: queue + compute (input/output are 0 here)
-        delta["success_ns"] = delta["queue_ns"] + delta["compute_infer_ns"]
+        # Input and output copies, half each, charged to every request of the batch.
+        io_ns = int((sim.batch_io_s[in_b] * sizes).sum() * NS) if sim.batch_io_s.size else 0
+        delta["compute_input_ns"] = io_ns // 2
+        delta["compute_output_ns"] = io_ns - io_ns // 2
+        # Triton's request time: queue + compute (input + infer + output)
+        delta["success_ns"] = delta["queue_ns"] + delta["compute_infer_ns"] + io_ns
         for key, value in delta.items():
             cum[key] += value
         if _in_gap(t0, spec):
@@ -595,7 +615,6 @@ def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_
         # The counters' columns are computed (schema.TRITON_COUNTERS and their deltas).
         cells: dict[str, Any] = {"t_ns": _ns(start_ns, t0), "model": "ranker", "version": "1"}
         cells.update(cum)
-        cells.update({"compute_input_ns": 0, "compute_output_ns": 0})
         cells.update({delta_key(key): value for key, value in delta.items()})
         row = cast(TritonStatsRow, cells)
         row["interval_ns"] = int(spec.stats_interval_s * NS)

@@ -138,3 +138,30 @@ def test_no_change_is_judged_against_the_baseline_spread_not_a_fixed_tolerance()
     text = _unchanged(evidence)
     assert text.startswith("no change in arrivals"), text
     assert "CPU moved too" in text
+
+
+def test_copies_that_grow_while_the_model_does_not_are_data_movement(analyze_spec):
+    # GIVEN periodic large payloads: compute_input + compute_output grow by 6 ms per
+    # request of a batch, the model's own compute (compute_infer) does not
+    windows = tuple(W(t, t + 3, 6.0) for t in (12, 24, 36, 48, 60, 72))
+    a = analyze_spec(RunSpec(rate_rps=150, data_movements=windows), "copies")
+    assert a.findings, a.causes_checked
+    top = a.findings[0]
+    assert top.cause == "data_movement", _order(a)
+    assert top.confidence in ("strong", "moderate")
+    assert "compute_infer_in_episodes" in {e.name for e in top.evidence}
+    assert "pinned" in top.action
+    # the breakdown names the copies apart from the model's compute
+    names = [c.name for c in a.breakdown.components] if a.breakdown else []
+    assert "server_data_movement" in names and "server_compute" in names
+
+
+def test_a_slower_model_is_not_data_movement(analyze_spec):
+    # GIVEN the model itself slows (compute_infer x3), copies as usual
+    slow = tuple(W(t, t + 3, 3.0) for t in (12, 24, 36, 48, 60, 72))
+    a = analyze_spec(
+        RunSpec(rate_rps=150, model_slowdowns=slow, data_movements=(W(200, 201, 0.0),)),
+        "slow-model",
+    )
+    assert "data_movement" not in [f.cause for f in a.findings], _order(a)
+    assert a.findings and a.findings[0].cause == "unexplained_compute_slowdown", _order(a)
