@@ -40,8 +40,14 @@ class DemoSettings:
     cooling_fault_duration_s: float = 3.5
     max_queue_delay_us: int = 2000
     max_batch_size: int = 16
-    # Simulated accelerator time of one batch: enough that throttling shows in P99.
-    gpu_time_us_per_batch: int = 6000
+    # Simulated accelerator time of one batch. Throttled (x1.8), the batches grow and the
+    # P99 of the throttled windows lands far above the SLO, the others well under it: the
+    # same verdict (FAIL) and a P99 sawtooth on every run, not a P99 within a few ms of the
+    # 50 ms SLO that flips with the host's noise (issue 26: 43.6 ms on one run, 52.7 on
+    # the next with 6000 + 400 us). The queueing model (loadkit.testing.synthetic) gives
+    # P99 ~29 ms outside the throttled windows and ~72 ms in them; the real host adds
+    # 15-25 ms of tail on 2 cores.
+    gpu_time_us_per_batch: int = 10000
     gpu_time_us_per_item: int = 400
     seed: int = 1
     show_progress: bool = True

@@ -44,6 +44,7 @@ CAUSE_CPU_SATURATION = "cpu_saturation"
 CAUSE_CGROUP_THROTTLING = "cgroup_throttling"
 CAUSE_CONNECTION_CHURN = "connection_churn"
 CAUSE_PROCESS_STALL = "process_stall"
+CAUSE_DATA_MOVEMENT = "data_movement"
 
 CONFIDENCES = ("strong", "moderate", "weak")
 
@@ -200,6 +201,8 @@ class TelemetryWindows:
     queue_ms_per_request: Series | None = None
     compute_ms_per_request: Series | None = None  # compute_infer time / inferences
     compute_ms_per_execution: Series | None = None  # compute_infer time / executions
+    # compute_input + compute_output per request: host-device copies (data_movement)
+    data_movement_ms_per_request: Series | None = None
     batch_sizes: BatchSizeMatrix | None = None
     # Per core (outer), one window mean per window (inner), from host `cpu_per_core_pct`.
     cpu_per_core_pct: tuple[Series, ...] | None = None
@@ -305,7 +308,10 @@ class Periodicity:
     p_value: float | None = None  # Rayleigh test of episode start phases
     cycles: float | None = None  # run length / period
     episodes_used: int = 0
-    reason: str = ""  # why not periodic, or how it was confirmed
+    reason: str = ""  # why not periodic (one phrase), or how it was confirmed
+    # Each candidate period tried and why it was not confirmed, once per period and
+    # reason (the report's periodicity table and analysis.json; the summary names one).
+    rejected: tuple[str, ...] = ()
 
 
 # --- attribution --------------------------------------------------------------

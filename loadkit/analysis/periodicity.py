@@ -153,9 +153,13 @@ def detect_periodicity(
     duration_s = n * window_s
     starts = np.array(sorted(e.start_s for e in episodes), dtype=float)
 
-    def no(reason: str) -> Periodicity:
+    def no(reason: str, rejected: Sequence[str] = ()) -> Periodicity:
         return Periodicity(
-            percentile=percentile, periodic=False, episodes_used=len(starts), reason=reason
+            percentile=percentile,
+            periodic=False,
+            episodes_used=len(starts),
+            reason=reason,
+            rejected=tuple(dict.fromkeys(rejected)),  # each period and reason once
         )
 
     if len(starts) == 0:
@@ -175,6 +179,15 @@ def detect_periodicity(
     acf = autocorrelation(x)
     best: Periodicity | None = None
     reasons: list[str] = []
+    # The candidate that came closest (the lowest Rayleigh p among those folded), and why
+    # it failed, in a few words: what the one-line summary names.
+    closest: tuple[float, str] | None = None
+
+    def near(p_value: float, why: str) -> None:
+        nonlocal closest
+        if closest is None or p_value < closest[0]:
+            closest = (p_value, why)
+
     for cand in candidates:
         lag_lo = max(2, int(math.floor(cand * (1 - REFINE_SPAN) / window_s)))
         lag_hi = min(n - 2, int(math.ceil(cand * (1 + REFINE_SPAN) / window_s)))
@@ -235,15 +248,20 @@ def detect_periodicity(
             )
             if cycles < MIN_CYCLES:
                 reasons.append(f"{period:.1f} s: only {cycles:.1f} cycles (need {MIN_CYCLES:.0f})")
+                near(p_value, f"{period:.1f} s, only {cycles:.1f} cycles")
             elif occupancy < MIN_OCCUPANCY:
                 reasons.append(
                     f"{period:.1f} s: spikes{which} in only {len(onsets)} of {span_cycles:.0f} cycles"
+                )
+                near(
+                    p_value, f"{period:.1f} s, spikes in {len(onsets)} of {span_cycles:.0f} cycles"
                 )
             elif p_value >= alpha:
                 reasons.append(
                     f"{period:.1f} s: spike onsets{which} not phase-locked "
                     f"(Rayleigh p={p_value:.2g} >= {alpha:g})"
                 )
+                near(p_value, f"{period:.1f} s, onsets not phase-locked (p={p_value:.2g})")
             else:
                 reason = (
                     f"periodogram peak at {cand:.1f} s, autocorrelation {strength:.2f} at "
@@ -255,7 +273,11 @@ def detect_periodicity(
                     best = confirmed
     if best is not None:
         return best
-    return no("no candidate period confirmed: " + ("; ".join(reasons) or "none in range"))
+    if not reasons:
+        return no("no candidate period in range")
+    if closest is not None:
+        return no(f"no period confirmed; closest {closest[1]}", reasons)
+    return no(f"no period confirmed; {reasons[0]}", reasons)
 
 
 def run_period(periodicity: Sequence[Periodicity], primary: str) -> Periodicity | None:

@@ -783,5 +783,8 @@ def _telemetry_windows(
         queue_ms_per_request=_series(triton.queue_ms_per_request) if triton else None,
         compute_ms_per_request=_series(triton.compute_ms_per_request) if triton else None,
         compute_ms_per_execution=_series(triton.batch_compute_ms) if triton else None,
+        data_movement_ms_per_request=_series(triton.data_movement_ms)
+        if triton and triton.data_movement_ms is not None
+        else None,
         batch_sizes=triton.batch_sizes if triton else None,
     )

@@ -382,6 +382,10 @@ class TritonSeries:
     # (input + infer + output) per request; NaN where the counters are absent.
     request_ms_per_request: np.ndarray | None = None
     compute_total_ms: np.ndarray | None = None
+    # compute_input + compute_output per request (Triton charges each request its batch's
+    # copy time, like compute_infer): moving tensors to and from the device, apart from
+    # the model's own compute. None where the statistics do not record them.
+    data_movement_ms: np.ndarray | None = None
 
 
 def _pick_model(frame: pd.DataFrame, preferred: str | None) -> tuple[pd.DataFrame, str | None]:
@@ -436,6 +440,8 @@ def align_triton(frame: pd.DataFrame, grid: WindowGrid, model: str | None) -> Tr
         request_ms = np.where(success > 0, success_ns / success / 1e6, np.nan)
         extra = np.nan_to_num(input_ns, nan=0.0) + np.nan_to_num(output_ns, nan=0.0)
         compute_total = np.where(infers > 0, (compute_ns + extra) / infers / 1e6, np.nan)
+        recorded = not (np.all(np.isnan(input_ns)) and np.all(np.isnan(output_ns)))
+        data_movement = np.where(infers > 0, extra / infers / 1e6, np.nan) if recorded else None
     matrix, batch_max, weighted = _batch_matrix(frame, grid)
     if np.all(np.isnan(batch_mean)) and matrix is not None:
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -458,6 +464,7 @@ def align_triton(frame: pd.DataFrame, grid: WindowGrid, model: str | None) -> Tr
         counter_resets=max(r1, r2, r3, r4),
         request_ms_per_request=request_ms,
         compute_total_ms=compute_total,
+        data_movement_ms=data_movement,
     )
 
 

@@ -79,6 +79,37 @@ def _evidence_line(finding: Finding) -> str:
     return ", ".join(stats)
 
 
+def _period_phrase(a: Analysis) -> str:
+    """ ", periodic every 10.0 s (...)" for P99, or why not in a few words, on one line.
+
+    Every rejected candidate period is in analysis.json and the report's periodicity
+    table; the summary names the closest one only, and the period another percentile
+    shows where P99's own spikes are too few to confirm one.
+    """
+    period = a.periodicity_for("p99")
+    if period is None:
+        return ""
+    if period.periodic and period.period_s:
+        return (
+            f", periodic every {period.period_s:.1f} s (jitter {period.jitter_s or 0:.1f} s, "
+            f"{period.cycles or 0:.0f} cycles, p={period.p_value or 0:.1g})"
+        )
+    other = next(
+        (
+            p
+            for name in ("p999", "p95", "p50")
+            if (p := a.periodicity_for(name)) is not None and p.periodic and p.period_s
+        ),
+        None,
+    )
+    if other is not None and other.period_s:
+        return (
+            f"; the {other.percentile.upper()} spikes repeat every {other.period_s:.1f} s "
+            f"(P99's own: {period.reason})"
+        )
+    return f", not periodic ({period.reason})"
+
+
 def print_summary(analysis: Analysis, out: TextIO) -> None:
     """A compact human summary: verdict, headline numbers, top findings with evidence."""
     a = analysis
@@ -104,17 +135,8 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
             w(f"  {kind}: the server said: {message}\n")
     w(f"\n{a.headline}\n")
     p99_eps = a.episodes_for("p99")
-    period = a.periodicity_for("p99")
     if p99_eps:
-        w(f"P99 spike episodes: {len(p99_eps)}")
-        if period is not None and period.periodic and period.period_s:
-            w(
-                f", periodic every {period.period_s:.1f} s (jitter {period.jitter_s or 0:.1f} s, "
-                f"{period.cycles or 0:.0f} cycles, p={period.p_value or 0:.1g})"
-            )
-        elif period is not None:
-            w(f", not periodic ({period.reason})")
-        w("\n")
+        w(f"P99 spike episodes: {len(p99_eps)}{_period_phrase(a)}\n")
     if a.findings:
         w("\nfindings:\n")
         for i, f in enumerate(a.findings[:MAX_FINDINGS], start=1):

@@ -297,6 +297,7 @@ BREAKDOWN_LABELS = {
     "client_network": "client + network",
     "server_queue": "server queue",
     "server_compute": "server compute",
+    "server_data_movement": "data movement",
     "server_side": "server side",
 }
 
@@ -340,6 +341,7 @@ def _periodicity(p: Any) -> dict[str, Any]:
         "p_value": fmt.p_value(p.p_value),
         "cycles": fmt.sig(p.cycles, 2),
         "reason": p.reason,
+        "rejected": list(p.rejected),
     }
 
 

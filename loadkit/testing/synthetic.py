@@ -111,6 +111,9 @@ class RunSpec:
     stalls: tuple[FaultWindow, ...] = ()  # server process stopped (SIGSTOP)
     # the model itself slows (GC, data-dependent work): compute x strength, no telemetry signal
     model_slowdowns: tuple[FaultWindow, ...] = ()
+    # host-device copies grow (large payloads, unpinned memory): strength = extra ms of
+    # compute_input + compute_output per request in the batch; compute_infer unchanged
+    data_movements: tuple[FaultWindow, ...] = ()
     error_rate: float = 0.0
     error_windows: tuple[ErrorWindow, ...] = ()  # requests fail with a kind (an outage, 503s)
     max_queue_size: int | None = None  # the model config's default_queue_policy
@@ -130,6 +133,11 @@ class RunSpec:
     request_samples_per_s: int = 40
     status: str = "complete"
     record_gaps: bool = True  # load rows carry `completion_gaps`, as the recorder writes them
+    # The server threads' run delay (schedstat) in ms per second: recorded when set, and
+    # multiplied by `run_delay_rise` in the CPU-saturation windows (a neighbour at the
+    # server's own priority gets its fair share: 1.5-2x; one at nice -10: 7-27x).
+    run_delay_ms_per_s: float | None = None
+    run_delay_rise: float = 1.0
 
 
 def periodic_clock_drops(
@@ -205,6 +213,7 @@ class Simulated:
     batch_size: np.ndarray
     process: np.ndarray
     batch_compute_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    batch_io_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # input + output copies
     error_kind: np.ndarray | None = None  # per failed request (None: all "http_503")
 
 
@@ -255,6 +264,7 @@ def simulate(spec: RunSpec) -> Simulated:
     b_end: list[float] = []
     b_size: list[int] = []
     b_compute: list[float] = []
+    b_io: list[float] = []
     queue: deque[int] = deque()
     t = 0.0
     i = 0
@@ -287,7 +297,14 @@ def simulate(spec: RunSpec) -> Simulated:
         quota = _in_any(t_start, spec.cgroup_quotas)
         if quota:
             compute *= 1.0 + quota.strength * float(rng.uniform(0.5, 1.5))
-        end = t_start + compute
+        # compute_input + compute_output: a small copy per request, more in a movement window
+        # (recorded only where the spec injects data movement: other runs keep input/output 0)
+        io = 0.0
+        if spec.data_movements:
+            moving = _in_any(t_start, spec.data_movements)
+            io = size * (0.00005 + (moving.strength / 1000.0 if moving else 0.0))
+            io *= float(rng.lognormal(0.0, spec.compute_noise))
+        end = t_start + compute + io
         for stall in spec.stalls:  # stopped mid-batch: the batch finishes after SIGCONT
             if t_start < stall.start_s < end:
                 end += stall.end_s - stall.start_s
@@ -297,7 +314,8 @@ def simulate(spec: RunSpec) -> Simulated:
         b_start.append(t_start)
         b_end.append(end)
         b_size.append(size)
-        b_compute.append(end - t_start)
+        b_compute.append(end - t_start - io)
+        b_io.append(io)
         t = end
     done = server_done + 0.0003 + client_extra * 0.5 + rng.exponential(0.0002, n)
     ok = rng.random(n) >= spec.error_rate
@@ -325,6 +343,7 @@ def simulate(spec: RunSpec) -> Simulated:
         batch_size=np.array(b_size, dtype=int),
         process=process,
         batch_compute_s=np.array(b_compute),
+        batch_io_s=np.array(b_io),
         error_kind=kinds,
     )
 
@@ -534,6 +553,7 @@ def _write_host(
     periods = throttled = 0
     throttled_ns = 0
     psi = 0.5
+    run_delay_ns = 0
     n = int(spec.duration_s / spec.host_interval_s)
     reset_done = False
     for k in range(n):
@@ -552,6 +572,9 @@ def _write_host(
             reset_done = True
         n_periods = int(round(spec.host_interval_s / 0.1))
         periods += n_periods
+        if spec.run_delay_ms_per_s is not None:
+            rate = spec.run_delay_ms_per_s * (spec.run_delay_rise if sat else 1.0)
+            run_delay_ns += int(rate * float(rng.uniform(0.85, 1.15)) * 1e6 * spec.host_interval_s)
         if quota:
             got = int(n_periods * min(1.0, 0.5 + 0.4 * quota.strength))
             throttled += got
@@ -577,6 +600,8 @@ def _write_host(
             "tcp_new_connections": new_conns,
             "mem_used_bytes": 40 * 2**30,
         }
+        if spec.run_delay_ms_per_s is not None:
+            host_row["server_run_delay_ns"] = run_delay_ns
         out.write(host_row)
     out.close()
 
@@ -591,6 +616,8 @@ def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_
             "inference_count",
             "queue_ns",
             "compute_infer_ns",
+            "compute_input_ns",
+            "compute_output_ns",
         ),
         0,
     )
@@ -613,8 +640,12 @@ def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_
             "queue_ns": int(sim.queue_s[done_here].sum() * NS),
             "compute_infer_ns": int((sim.batch_compute_s[in_b] * sizes).sum() * NS),
         }
-        # Triton's request time: queue + compute (input/output are 0 here)
-        delta["success_ns"] = delta["queue_ns"] + delta["compute_infer_ns"]
+        # Input and output copies, half each, charged to every request of the batch.
+        io_ns = int((sim.batch_io_s[in_b] * sizes).sum() * NS) if sim.batch_io_s.size else 0
+        delta["compute_input_ns"] = io_ns // 2
+        delta["compute_output_ns"] = io_ns - io_ns // 2
+        # Triton's request time: queue + compute (input + infer + output)
+        delta["success_ns"] = delta["queue_ns"] + delta["compute_infer_ns"] + io_ns
         for key, value in delta.items():
             cum[key] += value
         if _in_gap(t0, spec):
@@ -623,7 +654,6 @@ def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_
         # The counters' columns are computed (schema.TRITON_COUNTERS and their deltas).
         cells: dict[str, Any] = {"t_ns": _ns(start_ns, t0), "model": "ranker", "version": "1"}
         cells.update(cum)
-        cells.update({"compute_input_ns": 0, "compute_output_ns": 0})
         cells.update({delta_key(key): value for key, value in delta.items()})
         row = cast(TritonStatsRow, cells)
         row["interval_ns"] = int(spec.stats_interval_s * NS)

@@ -279,9 +279,21 @@ LABELS = {
     "generator_lag": "generator lag (sent late)",
     "client_network": "client + network",
     "server_queue": "server queue",
-    "server_compute": "server compute (input + infer + output)",
+    "server_compute": "server compute (infer; input + infer + output where not split)",
+    "server_data_movement": "server data movement (compute input + output)",
     "server_side": "server + network (no server statistics)",
 }
+
+
+def data_movement_ms(sig: Signals) -> np.ndarray | None:
+    """Compute input + output per request where Triton recorded them (not all zero)."""
+    tr = sig.triton
+    if tr is None or tr.data_movement_ms is None:
+        return None
+    moved = tr.data_movement_ms
+    if np.all(np.isnan(moved)) or not np.nanmax(moved) > 0:
+        return None
+    return moved
 
 
 def components(sig: Signals) -> dict[str, np.ndarray]:
@@ -293,11 +305,18 @@ def components(sig: Signals) -> dict[str, np.ndarray]:
     if tr is None:
         out["server_side"] = sig.service_p50_ms
         return out
+    moved = data_movement_ms(sig)
     compute = tr.compute_total_ms if tr.compute_total_ms is not None else tr.batch_compute_ms
+    if moved is not None:  # the copies apart from the model's own compute
+        compute = tr.batch_compute_ms
     server = tr.request_ms_per_request
     if server is None or np.all(np.isnan(server)):
         server = tr.queue_ms_per_request + compute
+        if moved is not None:
+            server = server + np.nan_to_num(moved, nan=0.0)
     out["client_network"] = np.maximum(sig.service_p50_ms - server, 0.0)
     out["server_queue"] = tr.queue_ms_per_request
     out["server_compute"] = compute
+    if moved is not None:
+        out["server_data_movement"] = moved
     return out

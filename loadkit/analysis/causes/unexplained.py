@@ -30,6 +30,7 @@ from loadkit.analysis.causes.base import (
 )
 from loadkit.analysis.causes.cpu_saturation import BUSY_CORES_SHARE, busy_cores
 from loadkit.analysis.model import Evidence
+from loadkit.analysis.noise import EFFECT_MOVED, moved
 
 COMPUTE_INFLATION = 1.3  # compute per batch this much over baseline at the same batch size
 GROWTH_RATIO = 2.0  # other parts: at least 2x their baseline ...
@@ -43,67 +44,66 @@ CAUSE_GENERATOR = "unexplained_generator_lag"
 CAUSE_SERVER_SIDE = "unexplained_server_side_slowdown"
 
 
-def _context(sig: Signals, ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
-    """The other causes' signals in the episodes and baseline: what did not change."""
-    out: list[Evidence] = []
+# The other causes' signals the residual reports on: (name in the text, evidence prefix).
+_CONTEXT = (
+    ("GPU clock", "gpu_clock_ratio"),
+    ("CPU", "cpu_mean"),
+    ("cgroup quota", "cgroup_throttled"),
+    ("batch size", "batch_size"),
+    ("arrivals", "offered"),
+)
+
+
+def _context_series(sig: Signals) -> dict[str, tuple[np.ndarray, str]]:
+    out: dict[str, tuple[np.ndarray, str]] = {}
     if sig.gpu is not None:
-        out += [
-            Evidence("gpu_clock_ratio_in_episodes", mean(sig.gpu.clock_ratio_busy, ep), "x max"),
-            Evidence("gpu_clock_ratio_baseline", median(sig.gpu.clock_ratio_busy, base), "x max"),
-        ]
+        out["gpu_clock_ratio"] = (sig.gpu.clock_ratio_busy, "x max")
     if sig.host is not None:
-        out += [
-            Evidence("cpu_mean_in_episodes", mean(sig.host.cpu_mean_pct, ep), "%"),
-            Evidence("cpu_mean_baseline", median(sig.host.cpu_mean_pct, base), "%"),
-        ]
+        out["cpu_mean"] = (sig.host.cpu_mean_pct, "%")
         if sig.host.has_cgroup:
-            out.append(
-                Evidence(
-                    "cgroup_throttled_in_episodes", mean(sig.host.cgroup_throttled_pct, ep), "%"
-                )
-            )
+            out["cgroup_throttled"] = (sig.host.cgroup_throttled_pct, "% of periods")
     if sig.triton is not None:
+        out["batch_size"] = (sig.triton.batch_size_mean, "requests")
+    out["offered"] = (sig.offered_rps, "req/s")
+    return out
+
+
+def _context(sig: Signals, ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
+    """The other causes' signals in the episodes and baseline, and how far each moved.
+
+    "Moved" is judged against the same series in the run's baseline windows
+    (Cliff's delta, loadkit/analysis/noise.py), never by a fixed tolerance: a CPU
+    quota that lowers the host's CPU by a few points is a change in CPU.
+    """
+    out: list[Evidence] = []
+    for prefix, (values, unit) in _context_series(sig).items():
         out += [
-            Evidence("batch_size_in_episodes", mean(sig.triton.batch_size_mean, ep), "requests"),
-            Evidence("batch_size_baseline", median(sig.triton.batch_size_mean, base), "requests"),
+            Evidence(f"{prefix}_in_episodes", mean(values, ep), unit),
+            Evidence(f"{prefix}_baseline", median(values, base), unit),
+            Evidence(
+                f"{prefix}_moved",
+                moved(values, ep, base),
+                "Cliff's d",
+                "episode windows against baseline windows",
+            ),
         ]
-    out += [
-        Evidence("offered_in_episodes", mean(sig.offered_rps, ep), "req/s"),
-        Evidence("offered_baseline", median(sig.offered_rps, base), "req/s"),
-    ]
     return out
 
 
 def _unchanged(e: list[Evidence]) -> str:
-    """ "no change in GPU clock, CPU, ..." from the context evidence."""
-    same, unknown = [], []
-
-    def close(a: float | None, b: float | None, tol: float) -> bool | None:
-        if a is None or b is None:
-            return None
-        return abs(a - b) <= tol * max(abs(b), 1e-9) or abs(a - b) <= 1e-6
-
-    checks = [
-        (
-            "GPU clock",
-            close(ev(e, "gpu_clock_ratio_in_episodes"), ev(e, "gpu_clock_ratio_baseline"), 0.1),
-        ),
-        ("CPU", close(ev(e, "cpu_mean_in_episodes"), ev(e, "cpu_mean_baseline"), 0.5)),
-        (
-            "cgroup quota",
-            None
-            if ev(e, "cgroup_throttled_in_episodes") is None
-            else ev(e, "cgroup_throttled_in_episodes") < 10.0,  # type: ignore[operator]
-        ),
-        ("batch size", close(ev(e, "batch_size_in_episodes"), ev(e, "batch_size_baseline"), 0.3)),
-        ("arrivals", close(ev(e, "offered_in_episodes"), ev(e, "offered_baseline"), 0.2)),
-    ]
-    for name, ok in checks:
-        if ok is None:
+    """ "no change in GPU clock, arrivals; CPU moved too" from the context evidence."""
+    same, changed, unknown = [], [], []
+    for name, prefix in _CONTEXT:
+        delta = ev(e, f"{prefix}_moved")
+        if delta is None:
             unknown.append(name)
-        elif ok:
+        elif abs(delta) < EFFECT_MOVED:
             same.append(name)
+        else:
+            changed.append(name)
     text = f"no change in {', '.join(same)}" if same else "other signals changed too"
+    if same and changed:
+        text += f" ({', '.join(changed)} moved too)"
     if unknown:
         text += f" ({', '.join(unknown)} not measured)"
     return text
