@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadkit.errors import EXIT_INTERRUPTED, EXIT_SLO_FAILED, EXIT_TARGET, UsageError
+
+if TYPE_CHECKING:
+    from loadkit.analysis.model import Finding
 
 HELP = "run a load scenario (Locust, open model) and record latency + telemetry"
 
@@ -385,7 +388,7 @@ def run(args: argparse.Namespace) -> int:
     return _unreachable_status(outage, args.max_unreachable)
 
 
-def _outage(run_dir: Path) -> Any:
+def _outage(run_dir: Path) -> Finding | None:
     """The run's `target_unreachable` finding, from its load counters (None: never unreachable)."""
     from loadkit.analysis.causes.request_errors import CAUSE_UNREACHABLE, error_counts, finding_of
     from loadkit.rundir import load_run
@@ -398,7 +401,7 @@ def _outage(run_dir: Path) -> Any:
     return finding_of(CAUSE_UNREACHABLE, counts) if counts is not None else None
 
 
-def _unreachable_status(outage: Any, max_pct: float) -> int:
+def _unreachable_status(outage: Finding | None, max_pct: float) -> int:
     """Exit 3 (one ERROR line) when the target was unreachable for more than `max_pct` % of the run."""
     from loadkit.analysis.causes.request_errors import unreachable_share
 

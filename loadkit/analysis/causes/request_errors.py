@@ -29,9 +29,9 @@ comes before every latency finding (attribution puts it first).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -43,6 +43,8 @@ from loadkit.analysis.causes.base import (
     ErrorCounts,
     Signals,
     Signature,
+    SignatureFn,
+    SummaryFn,
     fmt,
     na,
 )
@@ -298,7 +300,7 @@ def client_errors_summary(e: list[Evidence], eps: str, run_share: float | None) 
     )
 
 
-def _signature_for(cause: str) -> Any:
+def _signature_for(cause: str) -> SignatureFn:
     def signature(sig: Signals, baseline: np.ndarray) -> Signature:
         counts = sig.error_counts
         if counts is None:
@@ -347,7 +349,7 @@ def finding_of(
     )
 
 
-def _finder(cause: str) -> Any:
+def _finder(cause: str) -> Callable[[Signals], Finding | None]:
     def find(sig: Signals) -> Finding | None:
         if sig.error_counts is None:
             return None
@@ -356,7 +358,7 @@ def _finder(cause: str) -> Any:
     return find
 
 
-def outage_line(findings: Any) -> str | None:
+def outage_line(findings: Iterable[Finding]) -> str | None:
     """The line a summary starts with when the target stopped answering (None: it never did)."""
     for f in findings:
         if f.cause == CAUSE_UNREACHABLE:
@@ -371,9 +373,7 @@ def unreachable_share(finding: Finding | None) -> float:
     return float(next((e.value for e in finding.evidence if e.name == "run_share"), 0.0) or 0.0)
 
 
-def error_findings(
-    sig: Signals, causes: tuple[Cause, ...] | list[Cause]
-) -> tuple[list[Finding], list[CauseCheck]]:
+def error_findings(sig: Signals, causes: Sequence[Cause]) -> tuple[list[Finding], list[CauseCheck]]:
     """The findings of every error cause in `causes`, unreachable first; and their checks."""
     findings: list[Finding] = []
     checks: list[CauseCheck] = []
@@ -416,7 +416,7 @@ def run_context(run: Run) -> tuple[int | None, float | None]:
     return queue, timeout
 
 
-def _cause(cause: str, title: str, action: str, summary: Any) -> Cause:
+def _cause(cause: str, title: str, action: str, summary: SummaryFn) -> Cause:
     return Cause(
         id=cause,
         title=title,
