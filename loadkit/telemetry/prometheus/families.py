@@ -12,9 +12,10 @@ one entry to `FAMILIES`; nothing else names exporters.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -57,7 +58,7 @@ class MetricMap:
     field: str
     kind: str = "gauge"
     scale: float = 1.0
-    match: Mapping[str, str] = field(default_factory=dict)
+    match: Mapping[str, str] = dataclasses.field(default_factory=dict)
     query: str | None = None
     sum_over: tuple[str, ...] = ()
     scrape: bool = True

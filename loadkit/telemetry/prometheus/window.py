@@ -273,7 +273,7 @@ def pull_window(
             )
             continue
         for index, key in enumerate(sorted(by_key, key=lambda k: tuple(v or "" for v in k))):
-            gpu = key[1] if family is DCGM else str(index)
+            gpu = str(key[1]) if family is DCGM else str(index)
             for row in by_key[key]:
                 row.update(gpu=int(gpu) if str(gpu).isdigit() else index, host=key[0],
                            imported_from=f"prometheus:{family.name}")  # fmt: skip
