@@ -546,8 +546,11 @@ def _with_mean(
     mean_period = detect_periodicity(settled, window_s, found, "mean")
     periodicity.append(mean_period)
     has_percentiles = any(v is not None for v in aligned.windows.corrected.p99_ms)
+    primary_found = any(e.percentile == primary for e in episodes)
     primary_periodic = any(p.percentile == primary and p.periodic for p in periodicity)
-    if found and (not has_percentiles or (mean_period.periodic and not primary_periodic)):
+    if found and (
+        not has_percentiles or not primary_found or (mean_period.periodic and not primary_periodic)
+    ):
         return "mean"
     return primary
 

@@ -75,22 +75,30 @@ def production_latency(run: Run, start_ns: int, end_ns: int) -> ProductionLatenc
         )
 
     counts = np.zeros(grid.n)
+    mean = column("mean_ms")
     if run.has_series("triton_stats"):
         triton = run.series("triton_stats")
         model = info.get("model")
         if model is not None and "model" in triton.columns:
             triton = triton[triton["model"] == model].reset_index(drop=True)
         success = numeric(triton, "success_count")
+        duration = numeric(triton, "success_ns")
         if success is not None and len(triton):
-            rate, _ = counter_rate_on_grid(grid, triton["t_ns"].to_numpy(dtype=np.int64), success)
+            read_at = triton["t_ns"].to_numpy(dtype=np.int64)
+            rate, _ = counter_rate_on_grid(grid, read_at, success)
             counts = np.nan_to_num(rate) * step_s
+            if duration is not None:
+                # The mean of each step from the raw counters: exact at the step, where
+                # a rate() over the rate window would smear a 2 s slowdown over 6 s.
+                ns_rate, _ = counter_rate_on_grid(grid, read_at, duration)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    mean = np.where(rate > 0, ns_rate / rate / 1e6, np.nan)
     span_s = (
         SUMMARY_SPAN_S
         if source == "triton-summary"
         else max(step_s, _seconds(info.get("rate_window")))
     )
     basis = tuple(int(round(c * span_s / step_s)) for c in counts)
-    mean = column("mean_ms")
     latency = LatencyWindows(
         kind="corrected",
         count=tuple(int(round(c)) for c in counts),

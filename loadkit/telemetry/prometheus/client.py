@@ -139,6 +139,20 @@ class PrometheusClient:
             for labels, points_by_t in joined.items()
         ]
 
+    def query_raw(self, selector: str, at_ns: int) -> list[PromSeries]:
+        """A range selector (`up[1m]`) at one instant: the raw samples with their own times."""
+        data = self._get("/api/v1/query", {"query": selector, "time": f"{at_ns / NS:.3f}"})
+        if not isinstance(data, dict) or data.get("resultType") != "matrix":
+            return []
+        out = []
+        for series in data.get("result") or []:
+            points = [
+                (int(round(float(t) * 1000)) * 1_000_000, float(v))
+                for t, v in series.get("values") or []
+            ]
+            out.append(PromSeries(dict(series.get("metric") or {}), points))
+        return out
+
     def build_info(self) -> dict[str, Any]:
         """The server's version (`/api/v1/status/buildinfo`); {} when it does not say."""
         try:

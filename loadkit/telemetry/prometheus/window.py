@@ -11,6 +11,7 @@ duration/count counters (a mean, never called a percentile).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,11 +129,14 @@ def _count_resets(rows: list[Row], fields: Sequence[str]) -> int:
 
 
 def detect_scrape_interval(client: PrometheusClient, matchers: str, end_ns: int) -> float | None:
-    """Seconds between scrapes of the matched targets, from `up`'s samples in the last minute."""
+    """Seconds between scrapes of the matched targets: the median spacing of `up`'s raw
+    samples in the minute before the window's end."""
     sel = f"{{{matchers}}}" if matchers else ""
-    series = client.query_range(f"60 / count_over_time(up{sel}[1m])", end_ns - 5 * NS, end_ns, 5.0)
-    values = [v for s in series for _, v in s.points if v > 0]
-    return min(values) if values else None
+    spacings: list[float] = []
+    for series in client.query_raw(f"up{sel}[1m]", end_ns):
+        times = [t for t, _ in series.points]
+        spacings.extend((b - a) / NS for a, b in zip(times, times[1:], strict=False))
+    return float(statistics.median(spacings)) if spacings else None
 
 
 def rate_window_for(step_s: float, scrape_s: float | None) -> str:
