@@ -397,7 +397,7 @@ def align(run: Run) -> Aligned:
     load = align_load(run.load_intervals, grid)
     nan = np.full(grid.n, np.nan)
     hist_counts = np.array(corrected.latency.count, dtype=float)
-    if load is None:
+    if load is None and not production.is_production(run):
         notes.append(
             "no load counters (load/): throughput from histograms; offered, errors and dropped unknown"
         )

@@ -110,7 +110,7 @@ def production_latency(run: Run, start_ns: int, end_ns: int) -> ProductionLatenc
         basis_count=basis,
         mean_ms=_series(mean),
     )
-    notes = [_source_note(info, step_s, span_s)]
+    notes = _source_notes(info, step_s, span_s)
     return ProductionLatency(grid, latency, tuple(span_s for _ in range(grid.n)), tuple(notes))
 
 
@@ -121,8 +121,8 @@ def _seconds(text: Any) -> float:
         return 0.0
 
 
-def _source_note(info: dict[str, Any], step_s: float, span_s: float) -> str:
-    """One line: the step, and where every series came from (queries as sent)."""
+def _source_notes(info: dict[str, Any], step_s: float, span_s: float) -> list[str]:
+    """The step, then one line per series: where it came from (the queries as sent)."""
     parts = [
         f"production window from Prometheus {info.get('prometheus')} at a {step_s:g} s step "
         f"(scrape interval {info.get('scrape_interval_s') or 'unknown'} s, rates over "
@@ -137,10 +137,10 @@ def _source_note(info: dict[str, Any], step_s: float, span_s: float) -> str:
         if series.get("missing_steps"):
             extra.append(f"{series['missing_steps']} step(s) without a sample (gaps left empty)")
         parts.append(
-            f"{series.get('series')} from {series.get('family')} ({queries})"
+            f"series {series.get('series')} from {series.get('family')}: {queries}"
             + (f" [{', '.join(extra)}]" if extra else "")
         )
-    return " | ".join(parts)
+    return parts
 
 
 def metrics_only_checks(checks: list[CauseCheck]) -> list[CauseCheck]:

@@ -38,6 +38,7 @@ from loadkit.rundir import Run
 
 SLO_LABELS = {"p50": "P50", "p95": "P95", "p99": "P99", "p999": "P99.9", "errors": "errors"}
 PERCENTILES = (("p50", "P50"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9"))
+MEAN_LABEL = "mean (not a percentile)"
 EPISODE_IDS_SHOWN = 12
 
 
@@ -595,9 +596,12 @@ def _timeline_of(
     **more: Any,
 ) -> Timeline:
     """A timeline at one resolution (the windows, or the overview's minutes) from its series."""
+    latency_ms = {label: latency.percentile(name) for name, label in PERCENTILES}
+    if getattr(latency, "mean_ms", ()):  # a production window's mean: never a percentile
+        latency_ms[MEAN_LABEL] = latency.mean_ms
     return Timeline(
         t_s=t_s,
-        latency_ms={label: latency.percentile(name) for name, label in PERCENTILES},
+        latency_ms=latency_ms,
         slo_p99_ms=slo_threshold(analysis, "p99"),
         offered_rps=load.offered_rps,
         achieved_rps=load.throughput_rps,

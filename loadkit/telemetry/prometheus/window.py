@@ -59,7 +59,14 @@ class PulledWindow:
 
 
 # The families a plain --selector (the serving process's, e.g. {job="triton"}) applies to.
-SERVER_FAMILIES = ("triton", "triton-summary", "triton-mean", "triton-gpu", "app-histogram")
+SERVER_FAMILIES = (
+    "triton",
+    "triton-summary",
+    "triton-mean",
+    "triton-gpu",
+    "app-histogram",
+    "process",
+)
 
 
 @dataclass(frozen=True)
@@ -293,6 +300,14 @@ def pull_window(
         out.rows[SERIES_GPU] = sorted(gpu_rows, key=lambda r: (r["t_ns"], r["gpu"]))
     host: dict[int, Row] = {}
     for family in (NODE, CADVISOR, PROCESS):
+        if family is PROCESS and not selectors.for_family(family.name):
+            # Every exporter has process_* metrics of its own: without a selector the
+            # serving process's cannot be told from Prometheus's or node-exporter's.
+            out.notes.append(
+                "no process CPU: give --selector '{job=...}' (the serving process) "
+                "or --selector process='{...}' to read its process_* metrics"
+            )
+            continue
         fetched, found, empty = _fetch(
             client, family, selectors.for_family(family.name), window, rate
         )
