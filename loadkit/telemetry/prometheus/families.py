@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadkit.rundir.schema import decode_reasons
+from loadkit.telemetry.importers import dcgm_value
 
 Row = dict[str, Any]
 MIB = 1024 * 1024
@@ -87,6 +88,8 @@ class ExporterFamily:
     key_labels: tuple[str, ...]
     metrics: tuple[MetricMap, ...]
     doc: str
+    # Exporter-specific "no value" sentinels -> None (DCGM's blank values).
+    clean: Callable[[float], float | None] | None = None
 
     def map_for(self, name: str, labels: Mapping[str, str]) -> MetricMap | None:
         for metric_map in self.metrics:
@@ -163,6 +166,7 @@ DCGM = ExporterFamily(
     series=SERIES_GPU,
     key_labels=("Hostname", "gpu"),
     doc="dcgm-exporter (port 9400): clocks, temperature, power, utilization, memory, reasons",
+    clean=dcgm_value,
     metrics=(
         MetricMap("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz"),
         MetricMap("DCGM_FI_DEV_MEM_CLOCK", "mem_clock_mhz"),
@@ -322,7 +326,8 @@ def rows_from_series(
             rows = by_key.setdefault(key, {})
             for t_ns, value in series.points:
                 row = rows.setdefault(t_ns, {"t_ns": t_ns})
-                _fill(row, metric_map, series.labels, value)
+                cleaned = family.clean(value) if family.clean is not None else value
+                _fill(row, metric_map, series.labels, cleaned)
     out: dict[tuple[str | None, ...], list[Row]] = {}
     for key, rows in by_key.items():
         ordered = [rows[t] for t in sorted(rows)]
@@ -332,7 +337,7 @@ def rows_from_series(
     return out
 
 
-def _fill(row: Row, metric_map: MetricMap, labels: Mapping[str, str], value: float) -> None:
+def _fill(row: Row, metric_map: MetricMap, labels: Mapping[str, str], value: float | None) -> None:
     scaled = _finite(value * metric_map.scale) if value is not None else None
     if metric_map.kind == "per_core":
         cpu = _cpu_index(labels.get("cpu"))
@@ -367,16 +372,27 @@ def rows_from_exposition(family: ExporterFamily, text: str, t_ns: int) -> list[R
 
     Only the maps that mean something in one scrape (not rates) are filled.
     """
-    fetched: dict[MetricMap, list[PromSeries]] = {}
-    for metric_family in text_string_to_metric_families(text):
+    fetched: dict[int, tuple[MetricMap, list[PromSeries]]] = {}
+    # A torn last line (a name without a value) would fail the whole parse: drop it.
+    whole = [
+        line
+        for line in text.splitlines()
+        if not line.strip() or line.startswith("#") or len(line.rsplit(maxsplit=1)) == 2
+    ]
+    for metric_family in text_string_to_metric_families("\n".join(whole) + "\n"):
         for sample in metric_family.samples:
             labels = dict(sample.labels)
-            metric_map = family.map_for(sample.name, labels)
+            # The parser names counter samples `<family>_total` even where the exporter
+            # did not (Triton's nv_inference_count): try the name as exposed too.
+            metric_map = family.map_for(sample.name, labels) or family.map_for(
+                sample.name.removesuffix("_total"), labels
+            )
             if metric_map is None:
                 continue
             labels["__name__"] = sample.name
-            fetched.setdefault(metric_map, []).append(PromSeries(labels, [(t_ns, sample.value)]))
-    rows = rows_from_series(family, fetched.items())
+            entry = fetched.setdefault(id(metric_map), (metric_map, []))
+            entry[1].append(PromSeries(labels, [(t_ns, sample.value)]))
+    rows = rows_from_series(family, fetched.values())
     return [r for key in sorted(rows, key=lambda k: tuple(v or "" for v in k)) for r in rows[key]]
 
 
