@@ -104,6 +104,11 @@ def _window(args: argparse.Namespace, parse_time: Any) -> tuple[int, int]:
 def run_prometheus(args: argparse.Namespace, parse_time: Any) -> int:
     if args.files:
         raise UsageError("give files or --prometheus, not both")
+    if args.run is not None:
+        raise UsageError(
+            "a production window is a run of its own; --run joins files to a load test",
+            hint="leave out --run (name the new run with --run-id)",
+        )
     start_ns, end_ns = _window(args, parse_time)
     client = PrometheusClient(
         args.prometheus,

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from loadkit import lifeline
+from loadkit.analysis.periodicity import run_period
 from loadkit.analysis.pipeline import analyze_run
 from loadkit.faults.model_slowdown import ModelSlowdown
 from loadkit.faults.schedule import FaultSchedule
@@ -103,6 +104,7 @@ def prometheus(tmp_path: Path, slow_triton: tuple[EmbeddedTriton, Path]) -> Iter
         "scrape_configs:\n"
         f"  - job_name: triton\n    static_configs: [{{targets: ['{triton_target}']}}]\n"
         f"  - job_name: node\n    static_configs: [{{targets: ['127.0.0.1:{node_port}']}}]\n"
+        f"  - job_name: prometheus\n    static_configs: [{{targets: ['127.0.0.1:{prom_port}']}}]\n"
     )
     prom = lifeline.popen(
         [
@@ -138,9 +140,9 @@ def test_prometheus_window_finds_the_spikes_and_the_load_tests_period(
     slow_triton: tuple[EmbeddedTriton, Path], prometheus: str, tmp_path: Path
 ) -> None:
     triton, state = slow_triton
-    # GIVEN load on the real Triton, its model 12x slower for 1.5 s every 6 s
+    # GIVEN load on the real Triton, its model 20x slower for 2 s every 6 s
     fault = ModelSlowdown(
-        state, FaultSchedule(duration_s=1.5, period_s=PERIOD_S, first_start_s=10.0), factor=12.0
+        state, FaultSchedule(duration_s=2.0, period_s=PERIOD_S, first_start_s=10.0), factor=20.0
     )
     with fault:
         load = _loadkit(
@@ -173,8 +175,9 @@ def test_prometheus_window_finds_the_spikes_and_the_load_tests_period(
 
     # THEN Prometheus's data shows the spikes and the period the load test saw
     assert from_prometheus.episodes, from_prometheus.notes
-    prom_period = from_prometheus.periodicity_for(from_prometheus.primary)
-    load_period = from_load_test.periodicity_for(from_load_test.primary)
+    # the run's period, as the headline states it (the primary's, else the most significant)
+    prom_period = run_period(from_prometheus.periodicity, from_prometheus.primary)
+    load_period = run_period(from_load_test.periodicity, from_load_test.primary)
     assert load_period is not None and load_period.period_s, from_load_test.periodicity
     assert prom_period is not None and prom_period.period_s, from_prometheus.periodicity
     assert load_period.period_s == pytest.approx(PERIOD_S, rel=0.1)
@@ -183,9 +186,29 @@ def test_prometheus_window_finds_the_spikes_and_the_load_tests_period(
     checks = {c.cause: c for c in from_prometheus.causes_checked}
     assert checks["process_stall"].status == "not_assessable"
     assert "not assessable from metrics" in checks["process_stall"].reason
+    assert any("at a 1 s step" in n for n in from_prometheus.notes)
     assert any(
-        "1 s step" in n and "nv_inference_request_summary_us" in n for n in from_prometheus.notes
+        n.startswith("series production_latency from triton-summary")
+        and "nv_inference_request_summary_us" in n
+        for n in from_prometheus.notes
     )
+
+    # AND an application histogram (Prometheus's own, scraped every second) is read with
+    # histogram_quantile per step when there are no summaries
+    histogram = _loadkit(
+        "import", "--prometheus", prometheus, "--window", f"{window_s:.1f}s",
+        "--end", f"{manifest['end_ns'] / 1e9:.3f}", "--step", "2s",
+        "--selector", '{job="triton"}', "--selector", 'triton-summary={job="none"}',
+        "--latency-histogram", "prometheus_http_request_duration_seconds",
+        "--selector", 'app-histogram={job="prometheus",handler="/metrics"}',
+        "--out", str(tmp_path), "--run-id", "hist",
+    )  # fmt: skip
+    assert histogram.returncode == 0, histogram.stderr[-2000:]
+    hist_run = load_run(tmp_path / "hist")
+    assert hist_run.info.production is not None
+    assert hist_run.info.production["latency_source"] == "app-histogram"
+    p99 = hist_run.series("production_latency")["p99_ms"].dropna()
+    assert len(p99) > 10 and (p99 > 0).all()
 
 
 @needs_prometheus

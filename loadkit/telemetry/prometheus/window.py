@@ -72,14 +72,16 @@ SERVER_FAMILIES = (
 @dataclass(frozen=True)
 class Selectors:
     """Label matchers (without braces): `server` for the serving process's families,
-    `by_family` for one family (node-exporter and cAdvisor have their own jobs)."""
+    `by_family` for one family, instead (node-exporter and cAdvisor have their own jobs)."""
 
     server: str = ""
     by_family: dict[str, str] = field(default_factory=dict)
 
     def for_family(self, family: str) -> str:
-        common = self.server if family in SERVER_FAMILIES else ""
-        return ",".join(m for m in (common, self.by_family.get(family, "")) if m)
+        """The family's own selector if given, else the server's (for its families)."""
+        if family in self.by_family:
+            return self.by_family[family]
+        return self.server if family in SERVER_FAMILIES else ""
 
 
 def parse_selector(text: str) -> str:
@@ -214,14 +216,10 @@ def pull_window(
     candidates.append((LATENCY_MEAN, TRITON_MEAN))
     tried: list[str] = []
     for source, family in candidates:
-        fam_sel = selectors.for_family(family.name if source != LATENCY_MEAN else TRITON.name)
-        if source == LATENCY_HISTOGRAM:
-            fam_sel = selectors.for_family(family.name)
+        fam_sel = selectors.for_family(family.name)
         fetched, found, empty = _fetch(client, family, fam_sel, window, rate)
         by_key = rows_from_series(family, fetched)
-        key = chosen if family.key_labels else ()
-        if source != LATENCY_HISTOGRAM and key not in by_key:
-            key = next(iter(by_key), key)
+        key = chosen if family.key_labels else ()  # the analyzed model's, never another's
         lat_rows = [
             r
             for r in by_key.get(key, [])
