@@ -261,6 +261,8 @@ def _phases(
 
 def _warmup_s(run: Run) -> float:
     """Warm-up to leave out of spike detection: the scenario's `warmup_s`, else a default."""
+    if run.info.kind == "production":
+        return 0.0  # production traffic has no warm-up of ours to leave out
     scenario = run.info.scenario
     params = scenario.params if scenario is not None else {}
     try:

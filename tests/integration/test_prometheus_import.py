@@ -3,7 +3,7 @@
 Debian's `prometheus` and `prometheus-node-exporter` are started by the test on
 127.0.0.1 (ephemeral ports, temporary storage, 1 s scrapes) and stopped by PID.
 They scrape the embedded Triton (summary latencies on) while `loadkit run` puts
-load on it and the model slows down every 6 s. Then `loadkit import
+load on it and the model slows down every 5 s. Then `loadkit import
 --prometheus` pulls that window, and the analysis of Prometheus's data alone
 finds the spikes and their period, the same period (within 5 %) as the load
 test's own run directory.
@@ -27,7 +27,8 @@ import pytest
 
 from loadkit import lifeline
 from loadkit.analysis.periodicity import run_period
-from loadkit.analysis.pipeline import analyze_run
+from loadkit.analysis.pipeline import DEFAULT_WARMUP_S, analyze_run
+from loadkit.cli import main
 from loadkit.faults.model_slowdown import ModelSlowdown
 from loadkit.faults.schedule import FaultSchedule
 from loadkit.rundir import load_run
@@ -36,8 +37,8 @@ from loadkit.target.server import EmbeddedTriton
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-PERIOD_S = 6.0
-LOAD_S = 54.0
+PERIOD_S = 5.0
+LOAD_S = 60.0
 
 PROMETHEUS = shutil.which("prometheus")
 NODE_EXPORTER = shutil.which("prometheus-node-exporter")
@@ -140,9 +141,9 @@ def test_prometheus_window_finds_the_spikes_and_the_load_tests_period(
     slow_triton: tuple[EmbeddedTriton, Path], prometheus: str, tmp_path: Path
 ) -> None:
     triton, state = slow_triton
-    # GIVEN load on the real Triton, its model 20x slower for 2 s every 6 s
+    # GIVEN load on the real Triton, its model 20x slower for 1.5 s every 5 s
     fault = ModelSlowdown(
-        state, FaultSchedule(duration_s=2.0, period_s=PERIOD_S, first_start_s=10.0), factor=20.0
+        state, FaultSchedule(duration_s=1.5, period_s=PERIOD_S, first_start_s=10.0), factor=20.0
     )
     with fault:
         load = _loadkit(
@@ -156,8 +157,9 @@ def test_prometheus_window_finds_the_spikes_and_the_load_tests_period(
     manifest = json.loads((load_run_dir / "manifest.json").read_text())
     time.sleep(2.0)  # the last scrapes of the window
 
-    # WHEN that window is imported from Prometheus alone and analyzed
-    window_s = (manifest["end_ns"] - manifest["start_ns"]) / 1e9
+    # WHEN that window (after the load test's 8 s warm-up, which its analysis leaves
+    # out too) is imported from Prometheus alone and analyzed
+    window_s = (manifest["end_ns"] - manifest["start_ns"]) / 1e9 - DEFAULT_WARMUP_S
     imported = _loadkit(
         "import", "--prometheus", prometheus, "--window", f"{window_s:.1f}s",
         "--end", f"{manifest['end_ns'] / 1e9:.3f}", "--step", "1s",
@@ -192,6 +194,13 @@ def test_prometheus_window_finds_the_spikes_and_the_load_tests_period(
         and "nv_inference_request_summary_us" in n
         for n in from_prometheus.notes
     )
+
+    # AND `loadkit analyze` and `loadkit report` read it like any run, the sources stated
+    assert main(["analyze", str(tmp_path / "prod")]) == 0
+    assert main(["report", str(tmp_path / "prod")]) == 0
+    html = (tmp_path / "prod" / "report.html").read_text()
+    assert "at a 1 s step" in html and "not assessable from metrics" in html
+    assert "mean (not a percentile)" in html
 
     # AND an application histogram (Prometheus's own, scraped every second) is read with
     # histogram_quantile per step when there are no summaries
