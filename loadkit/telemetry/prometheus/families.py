@@ -264,27 +264,29 @@ PROCESS = ExporterFamily(
 )
 
 
-def application_histogram(name: str) -> ExporterFamily:
-    """An application's latency histogram `<name>_bucket` (seconds, the Prometheus convention):
-    P50..P99.9 per step by `histogram_quantile` over the rate of its buckets."""
+def application_histogram(name: str, *, native: bool = False) -> ExporterFamily:
+    """An application's latency histogram (seconds, the Prometheus convention): P50..P99.9
+    per step by `histogram_quantile` over the rate of its `<name>_bucket` series, or of
+    `<name>` itself for a native histogram (`native=True`)."""
     quantiles = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}
+    series = name if native else f"{name}_bucket"
+    by = "" if native else " by (le)"
     metrics = tuple(
         MetricMap(
-            f"{name}_bucket",
+            series,
             f"{label}_ms",
             scale=1e3,
             scrape=False,
-            query=(
-                f"histogram_quantile({q}, sum by (le) (rate({name}_bucket{{{{{{sel}}}}}}[{{rate}}])))"
-            ),
+            query=f"histogram_quantile({q}, sum{by} (rate({series}{{{{{{sel}}}}}}[{{rate}}])))",
         )
         for label, q in quantiles.items()
     )
+    kind = "native histogram" if native else "histogram"
     return ExporterFamily(
         name="app-histogram",
         series=SERIES_LATENCY,
         key_labels=(),
-        doc=f"the application's latency histogram {name} (histogram_quantile per step)",
+        doc=f"the application's latency {kind} {name} (histogram_quantile per step)",
         metrics=metrics,
     )
 

@@ -119,9 +119,18 @@ def _label(key: tuple[str | None, ...], family: ExporterFamily) -> str:
 
 
 def _count_gaps(rows: list[Row], step_ns: int) -> int:
-    """Steps with no sample between the first and the last (target down, stale, not scraped)."""
-    times = [r["t_ns"] for r in rows]
-    return sum(max(0, (b - a) // step_ns - 1) for a, b in zip(times, times[1:], strict=False))
+    """Steps without a sample (target down, stale, not scraped), for the worst field,
+    between the field's first and last sample."""
+    present: dict[str, list[int]] = {}
+    for row in rows:
+        for name, value in row.items():
+            if name != "t_ns" and value is not None:
+                present.setdefault(name, []).append(row["t_ns"])
+    worst = 0
+    for times in present.values():
+        expected = (times[-1] - times[0]) // step_ns + 1
+        worst = max(worst, int(expected) - len(set(times)))
+    return worst
 
 
 def _count_resets(rows: list[Row], fields: Sequence[str]) -> int:
@@ -211,8 +220,11 @@ def pull_window(
 
     # Latency: the first source with data.
     candidates: list[tuple[str, ExporterFamily]] = [(LATENCY_SUMMARY, TRITON_SUMMARY)]
+    native: ExporterFamily | None = None
     if latency_histogram:
         candidates.append((LATENCY_HISTOGRAM, application_histogram(latency_histogram)))
+        native = application_histogram(latency_histogram, native=True)
+        candidates.append((LATENCY_HISTOGRAM, native))
     candidates.append((LATENCY_MEAN, TRITON_MEAN))
     tried: list[str] = []
     for source, family in candidates:
@@ -227,9 +239,10 @@ def pull_window(
         ]
         if not lat_rows:
             tried.append(empty[0] if empty else family.metrics[0].promql(fam_sel, rate))
-            if source == LATENCY_HISTOGRAM:
+            if source == LATENCY_HISTOGRAM and family is native:  # neither classic nor native
                 raise UsageError(
-                    f"Prometheus has no data for the latency histogram: {tried[-1]}",
+                    f"Prometheus has no data for the latency histogram: {tried[-2]} "
+                    f"(classic) or {tried[-1]} (native)",
                     hint="give the histogram's base name (without _bucket), or leave out --latency-histogram",
                 )
             continue

@@ -18,6 +18,7 @@ from loadkit.telemetry.prometheus.families import (
     PROCESS,
     SERIES_LATENCY,
     TRITON,
+    TRITON_GPU,
     TRITON_SUMMARY,
     PromSeries,
     application_histogram,
@@ -161,3 +162,32 @@ def test_a_new_exporter_is_one_registry_entry() -> None:
     assert set(FAMILIES) >= {"triton", "triton-summary", "dcgm", "triton-gpu", "node", "cadvisor"}
     for name, family in FAMILIES.items():
         assert family.name == name and family.doc and family.metrics
+
+
+def test_native_histogram_query() -> None:
+    family = application_histogram("http_server_duration_seconds", native=True)
+    p99 = next(m for m in family.metrics if m.field == "p99_ms")
+    assert p99.promql('job="api"', "20s") == (
+        'histogram_quantile(0.99, sum (rate(http_server_duration_seconds{job="api"}[20s])))'
+    )
+
+
+def test_triton_gpu_metrics_per_gpu_uuid() -> None:
+    # No GPU where these tests were written, so no real nv_gpu_* scrape: the names and
+    # units are those of Triton's metrics documentation (utilization 0..1, energy in J).
+    labels = {"instance": "gpu-3:8002", "gpu_uuid": "GPU-5b1e8c2a"}
+    fetched = [
+        (next(m for m in TRITON_GPU.metrics if m.metric == name), [PromSeries(labels, [(T, v)])])
+        for name, v in (
+            ("nv_gpu_utilization", 0.87),
+            ("nv_gpu_power_usage", 301.5),
+            ("nv_gpu_power_limit", 700.0),
+            ("nv_energy_consumption", 12.5),
+            ("nv_gpu_memory_used_bytes", 2.0e9),
+        )
+    ]
+    [row] = rows_from_series(TRITON_GPU, fetched)[("gpu-3:8002", "GPU-5b1e8c2a")]
+    assert row["util_gpu_pct"] == pytest.approx(87.0)
+    assert row["power_w"] == 301.5 and row["power_limit_w"] == 700
+    assert row["energy_mj"] == 12_500
+    assert row["mem_used_bytes"] == 2_000_000_000

@@ -275,6 +275,7 @@ def test_counter_reset_and_missed_scrapes_are_counted_and_handled(
     assert run.info.production is not None
     triton = next(s for s in run.info.production["series"] if s["family"] == "triton")
     assert triton["counter_resets"] == 1
+    assert triton["missing_steps"] >= 5  # the 5 s without a sample, left empty
     analysis = analyze_run(run)
     throughput = [v for v in analysis.windows.throughput_rps if v is not None]
     assert max(throughput) < 150  # the reset is not read as a huge negative or positive rate
@@ -319,3 +320,25 @@ def test_bad_input_is_exit_2(fake: Any, tmp_path: Path) -> None:
     assert main(["import", "--prometheus", "ftp://x", "--window", "1h"]) == 2
     assert main(["import", "--prometheus", "http://127.0.0.1:9"]) == 2  # no --window
     assert main(["import"]) == 2
+
+
+def test_several_gpus_are_all_kept_and_said(fake: Any, tmp_path: Path) -> None:
+    series = triton_series()
+    gpus = [{"gpu": str(i), "Hostname": "gpu-3", "UUID": f"GPU-{i}"} for i in (0, 1)]
+    series["DCGM_FI_DEV_SM_CLOCK"] = [(gpus[0], lambda t: 1980.0), (gpus[1], lambda t: 1110.0)]
+    series["DCGM_FI_DEV_GPU_TEMP"] = [(gpus[0], lambda t: 45.0), (gpus[1], lambda t: 88.0)]
+    server = fake(series)
+    assert _import(server.url, tmp_path) == 0
+    run = load_run(tmp_path / "prod")
+    gpu = run.series("gpu")
+    assert sorted(gpu["gpu"].unique()) == [0, 1]
+    assert any("2 GPUs matched (dcgm)" in n for n in run.info.notes)
+
+
+def test_a_latency_histogram_with_no_data_names_both_forms_exit_2(
+    fake: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = fake(triton_series())
+    assert _import(server.url, tmp_path, "--latency-histogram", "http_seconds") == 2
+    err = capsys.readouterr().err
+    assert "http_seconds_bucket" in err and "rate(http_seconds{" in err
