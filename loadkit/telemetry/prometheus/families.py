@@ -110,7 +110,7 @@ def _quantile_maps(metric: str, prefix: str) -> tuple[MetricMap, ...]:
 TRITON = ExporterFamily(
     name="triton",
     series=SERIES_TRITON,
-    key_labels=("model", "version"),
+    key_labels=("model", "version", "instance"),
     doc="Triton /metrics (port 8002): per-model request, inference and execution counters",
     metrics=(
         MetricMap("nv_inference_request_success", "success_count", "counter"),
@@ -129,7 +129,7 @@ TRITON = ExporterFamily(
 TRITON_SUMMARY = ExporterFamily(
     name="triton-summary",
     series=SERIES_LATENCY,
-    key_labels=("model", "version"),
+    key_labels=("model", "version", "instance"),
     doc=(
         "Triton latency summaries (tritonserver --metrics-config summary_latencies=true): "
         "request, queue and compute quantiles"
@@ -145,7 +145,7 @@ TRITON_SUMMARY = ExporterFamily(
 TRITON_MEAN = ExporterFamily(
     name="triton-mean",
     series=SERIES_LATENCY,
-    key_labels=("model", "version"),
+    key_labels=("model", "version", "instance"),
     doc="mean request time from Triton's duration and success counters (not a percentile)",
     metrics=(
         MetricMap(

@@ -203,13 +203,21 @@ def pull_window(
         others = ", ".join(_label(k, TRITON) for k in models if k != chosen)
         why = "--model" if model else "the busiest"
         out.notes.append(
-            f"several Triton models matched; analyzed {_label(chosen, TRITON)} ({why}); "
-            f"also present: {others} (choose with --model)"
+            f"several Triton models or instances matched; analyzed {_label(chosen, TRITON)} "
+            f"({why}); also present: {others} (choose with --model, narrow with --selector)"
         )
+    # One server: the chosen instance's models (several instances' counters and quantiles
+    # must not be mixed: a sum of two P99s is no P99).
+    instance = chosen[2]
     rows: list[Row] = []
     for key in models:
+        if key[2] != instance:
+            continue
         for row in triton_rows[key]:
-            rows.append({**row, "model": key[0], "version": key[1], "imported_from": "prometheus"})
+            rows.append(
+                {**row, "model": key[0], "version": key[1], "instance": key[2],
+                 "imported_from": "prometheus"}
+            )  # fmt: skip
     rows.sort(key=lambda r: (r["t_ns"], r["model"] or ""))
     out.rows[SERIES_TRITON] = rows
     chosen_rows = triton_rows[chosen]

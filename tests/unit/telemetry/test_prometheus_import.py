@@ -342,3 +342,27 @@ def test_a_latency_histogram_with_no_data_names_both_forms_exit_2(
     assert _import(server.url, tmp_path, "--latency-histogram", "http_seconds") == 2
     err = capsys.readouterr().err
     assert "http_seconds_bucket" in err and "rate(http_seconds{" in err
+
+
+def test_several_triton_instances_are_not_mixed(fake: Any, tmp_path: Path) -> None:
+    # GIVEN two pods serving the same model, their quantiles 9 ms and 40 ms
+    series: Series = {}
+    for instance, rate, p99_us in (("pod-a:8002", 100.0, 9000.0), ("pod-b:8002", 30.0, 40000.0)):
+        for name, entries in triton_series(rate=rate).items():
+            series.setdefault(name, []).extend(
+                ({**labels, "instance": instance}, fn) for labels, fn in entries
+            )
+        series.setdefault("nv_inference_request_summary_us", []).append(
+            (
+                {"model": "ranker", "version": "1", "job": "triton", "instance": instance,
+                 "quantile": "0.99"},
+                lambda t, v=p99_us: v,
+            )
+        )  # fmt: skip
+    server = fake(series)
+    assert _import(server.url, tmp_path) == 0
+    run = load_run(tmp_path / "prod")
+    # THEN the busiest pod is analyzed, alone, and the other is named
+    assert run.series("production_latency")["p99_ms"].dropna().eq(9.0).all()
+    assert set(run.series("triton_stats")["instance"]) == {"pod-a:8002"}
+    assert any('instance="pod-b:8002"' in n for n in run.info.notes)
