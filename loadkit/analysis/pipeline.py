@@ -625,6 +625,8 @@ def judge(
     throughput_rps = aligned.ok / window_s
     p99 = attributed.signals.p99_ms
     overall = _overall(run, aligned.load, aligned.corrected_h, aligned.service_h, start, end)
+    if production.is_production(run):
+        overall = production.with_server_totals(overall, run, grid)
     thresholds, source = resolve_slo(slo, run.info.slo)
     verdict = slo_verdict(thresholds, source, overall)
     alert_list = alerts(

@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from loadkit.analysis.align import (
     NS,
@@ -25,7 +24,7 @@ from loadkit.analysis.align import (
     numeric,
     reduce_on_grid,
 )
-from loadkit.analysis.model import CauseCheck, LatencyWindows
+from loadkit.analysis.model import CauseCheck, LatencyWindows, OverallStats
 from loadkit.rundir import Run
 
 LATENCY_SERIES = "production_latency"
@@ -156,5 +155,33 @@ def metrics_only_checks(checks: list[CauseCheck]) -> list[CauseCheck]:
     return out
 
 
-def frame_or_empty(run: Run, name: str) -> pd.DataFrame:
-    return run.series(name) if run.has_series(name) else pd.DataFrame()
+def with_server_totals(overall: OverallStats, run: Run, grid: WindowGrid) -> OverallStats:
+    """Completed, failed and the rate over the window, from Triton's own counters (a
+    production window has no load counters); the whole-window percentiles stay unknown:
+    quantiles of steps cannot be merged."""
+    if not run.has_series("triton_stats"):
+        return overall
+    triton = run.series("triton_stats")
+    model = (run.info.production or {}).get("model")
+    if model is not None and "model" in triton.columns:
+        triton = triton[triton["model"] == model].reset_index(drop=True)
+    t = triton["t_ns"].to_numpy(dtype=np.int64)
+    totals = []
+    for name in ("success_count", "fail_count"):
+        values = numeric(triton, name)
+        if values is None or not len(triton):
+            totals.append(0)
+            continue
+        rate, _ = counter_rate_on_grid(grid, t, values)
+        totals.append(int(round(float(np.nansum(rate)) * grid.window_s)))
+    ok, errors = totals
+    completed = ok + errors
+    duration = overall.duration_s
+    return replace(
+        overall,
+        ok=ok,
+        errors=errors,
+        completed=completed,
+        error_pct=100.0 * errors / completed if completed else None,
+        throughput_rps=ok / duration if duration > 0 else None,
+    )
