@@ -258,6 +258,14 @@ def test_only_counters_give_a_mean_labelled_as_a_mean_and_its_period(
         n.startswith("production window from Prometheus") and "1 s step" in n
         for n in analysis.notes
     )
+    # AND the report says what the numbers are
+    out = tmp_path / "report.md"
+    assert main(["report", str(tmp_path / "prod"), "--format", "md", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "Production window: ranker (from Prometheus)" in text
+    assert "the mean per request from Triton's counters: no percentile is known" in text
+    assert "MEAN spike episodes" in text
+    assert "Latency percentiles are corrected for coordinated omission" not in text
 
 
 def test_counter_reset_and_missed_scrapes_are_counted_and_handled(
