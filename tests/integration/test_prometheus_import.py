@@ -93,10 +93,12 @@ def slow_triton(tmp_path: Path) -> Iterator[tuple[EmbeddedTriton, Path]]:
 def prometheus(tmp_path: Path, slow_triton: tuple[EmbeddedTriton, Path]) -> Iterator[str]:
     triton, _ = slow_triton
     node_port, prom_port = _free_port(), _free_port()
+    node_log = (tmp_path / "node.log").open("wb")
+    prom_log = (tmp_path / "prometheus.log").open("wb")
     node = lifeline.popen(
         [str(NODE_EXPORTER), f"--web.listen-address=127.0.0.1:{node_port}"],
         stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "node.log").open("wb"),
+        stderr=node_log,
     )
     triton_target = triton.metrics_url.removeprefix("http://").removesuffix("/metrics")
     config = tmp_path / "prometheus.yml"
@@ -115,7 +117,7 @@ def prometheus(tmp_path: Path, slow_triton: tuple[EmbeddedTriton, Path]) -> Iter
             f"--web.listen-address=127.0.0.1:{prom_port}",
         ],
         stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "prometheus.log").open("wb"),
+        stderr=prom_log,
     )
     try:
         url = f"http://127.0.0.1:{prom_port}"
@@ -124,6 +126,8 @@ def prometheus(tmp_path: Path, slow_triton: tuple[EmbeddedTriton, Path]) -> Iter
     finally:
         _stop(prom)
         _stop(node)
+        prom_log.close()
+        node_log.close()
 
 
 def _loadkit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
