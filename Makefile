@@ -8,7 +8,7 @@ demo: setup
 	.venv/bin/loadkit demo
 
 test:
-	@bash scripts/setup.sh --with-browser --with-mlserver
+	@bash scripts/setup.sh --with-browser --with-mlserver --with-prometheus
 	.venv/bin/python -m pytest -q
 
 lint: setup

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-time set-up used by `make demo` and `make test`: a virtual environment with
 # loadkit and its dependencies (including the real tritonserver binary from the
-# nvidia-pytriton wheel), plus Debian's Chromium for the report screenshot test.
+# nvidia-pytriton wheel), plus Debian's Chromium for the report screenshot test and
+# Debian's Prometheus + node-exporter for the `import --prometheus` test (--with-prometheus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,10 +26,12 @@ fi
 
 with_browser=0
 with_mlserver=0
+with_prometheus=0
 for arg in "$@"; do
   case "$arg" in
     --with-browser) with_browser=1 ;;
     --with-mlserver) with_mlserver=1 ;;
+    --with-prometheus) with_prometheus=1 ;;
   esac
 done
 
@@ -48,5 +51,25 @@ if [ "$with_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   else
     echo "NOTE: chromium is not installed; the report screenshot test will be skipped" >&2
     echo "HINT: sudo apt-get install chromium" >&2
+  fi
+fi
+
+# Debian's Prometheus and node-exporter, which the `import --prometheus` integration
+# test starts on 127.0.0.1 to scrape the embedded Triton.
+if [ "$with_prometheus" = 1 ] && { ! command -v prometheus >/dev/null 2>&1 || ! command -v prometheus-node-exporter >/dev/null 2>&1; }; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "Installing Debian's prometheus and prometheus-node-exporter for the import test..."
+    apt-get update -qq >/dev/null
+    # The packages would start system-wide daemons on :9090 and :9100; the test starts its
+    # own on ephemeral ports, so keep the services from starting (policy-rc.d, exit 101).
+    made_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made_policy=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-node-exporter >/dev/null
+    if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+  else
+    echo "NOTE: prometheus / prometheus-node-exporter are not installed; the import --prometheus test will be skipped" >&2
+    echo "HINT: sudo apt-get install prometheus prometheus-node-exporter" >&2
   fi
 fi

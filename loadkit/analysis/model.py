@@ -109,6 +109,9 @@ class LatencyWindows:
     # Requests behind the percentiles: more than `count` where the window was
     # too thin and its percentiles come from a widened span (`WindowSeries.basis_s`).
     basis_count: tuple[int, ...]
+    # Mean per request (production windows only: Triton's duration/count counters);
+    # a mean, never one of the percentiles above. Empty for load runs.
+    mean_ms: Series = ()
 
     def percentile(self, name: str) -> Series:
         """The series for "p50", "p95", "p99", "p999" or "max"."""

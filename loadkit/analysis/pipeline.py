@@ -16,6 +16,7 @@ import pandas as pd
 
 from loadkit import __version__
 from loadkit.analysis import attribution as attr
+from loadkit.analysis import production
 from loadkit.analysis.alerts import alerts
 from loadkit.analysis.align import NS, WindowGrid, make_grid
 from loadkit.analysis.breakdown import breakdown, label_episodes
@@ -48,6 +49,7 @@ from loadkit.analysis.percentiles import (
     MIN_REQUESTS_FOR_P99,
     WINDOW_PERCENTILES,
     IntervalCounts,
+    WindowPercentiles,
     choose_window_s,
     collect_intervals,
     histograms_by_window,
@@ -262,6 +264,8 @@ def _phases(
 
 def _warmup_s(run: Run) -> float:
     """Warm-up to leave out of spike detection: the scenario's `warmup_s`, else a default."""
+    if run.info.kind == "production":
+        return 0.0  # production traffic has no warm-up of ours to leave out
     scenario = run.info.scenario
     params = scenario.params if scenario is not None else {}
     try:
@@ -331,18 +335,17 @@ class Attributed:
     breakdown: LatencyBreakdown
 
 
-def align(run: Run) -> Aligned:
-    """Window the latency histograms, then put load counters and every telemetry series on the grid."""
-    notes: list[str] = []
-    # One pass over the interval logs, one decoded histogram at a time.
-    intervals = collect_intervals(run.iter_latency_intervals(LatencyCounts.decode))
-    bounds = _time_bounds(run, intervals)
-    if bounds is None:
-        raise RunFormatError(
-            f"{run.path} has no latency histograms or load counters to analyze",
-            hint="analysis needs a load run (latency/*.hlog); `loadkit watch` runs only have telemetry",
-        )
-    start, end = bounds
+def _histogram_windows(
+    intervals: IntervalCounts, start: int, end: int, notes: list[str]
+) -> tuple[
+    WindowGrid,
+    float,
+    list[LatencyCounts | None],
+    list[LatencyCounts | None],
+    WindowPercentiles,
+    WindowPercentiles,
+]:
+    """The load test's windows: 1 s (or wider when thin) percentiles from the HDR histograms."""
     grid1 = make_grid(start, end, 1.0)
     counts_1s = [
         0 if h is None else h.total for h in histograms_by_window(intervals, grid1, "corrected")
@@ -369,10 +372,37 @@ def align(run: Run) -> Aligned:
     if not intervals.intervals:
         notes.append("no latency histograms: percentiles and episodes are empty")
 
+    return grid, window_s, corrected_h, service_h, corrected, service
+
+
+def align(run: Run) -> Aligned:
+    """Window the latency histograms, then put load counters and every telemetry series on the grid."""
+    notes: list[str] = []
+    # One pass over the interval logs, one decoded histogram at a time.
+    intervals = collect_intervals(run.iter_latency_intervals(LatencyCounts.decode))
+    bounds = _time_bounds(run, intervals)
+    if bounds is None:
+        raise RunFormatError(
+            f"{run.path} has no latency histograms or load counters to analyze",
+            hint="analysis needs a load run (latency/*.hlog); `loadkit watch` runs only have telemetry",
+        )
+    start, end = bounds
+    if not intervals.intervals and production.is_production(run):
+        prod = production.production_latency(run, start, end)
+        grid, window_s = prod.grid, prod.grid.window_s
+        corrected = service = WindowPercentiles(prod.latency, prod.basis_s)
+        corrected_h: list[LatencyCounts | None] = [None] * grid.n
+        service_h = corrected_h
+        notes.extend(prod.notes)
+    else:
+        grid, window_s, corrected_h, service_h, corrected, service = _histogram_windows(
+            intervals, start, end, notes
+        )
+
     load = align_load(run.load_intervals, grid)
     nan = np.full(grid.n, np.nan)
     hist_counts = np.array(corrected.latency.count, dtype=float)
-    if load is None:
+    if load is None and not production.is_production(run):
         notes.append(
             "no load counters (load/): throughput from histograms; offered, errors and dropped unknown"
         )
@@ -486,6 +516,8 @@ def detect(aligned: Aligned) -> Detected:
         episodes.extend(found)
         periodicity.append(detect_periodicity(settled, window_s, found, pct))
     primary = primary_percentile(episodes, periodicity)
+    if latency.mean_ms:  # a production window: the mean per step, labelled as a mean
+        primary = _with_mean(latency.mean_ms, warming_up, aligned, episodes, periodicity, primary)
     marks, bursts, steps = _phases(aligned.run, start)
     return Detected(
         episodes=tuple(episodes),
@@ -497,6 +529,35 @@ def detect(aligned: Aligned) -> Detected:
         warmup_end_ns=start + int(warmup_s * NS),
         notes=tuple(notes),
     )
+
+
+def _with_mean(
+    mean_ms: Series,
+    warming_up: np.ndarray,
+    aligned: Aligned,
+    episodes: list[SpikeEpisode],
+    periodicity: list[Periodicity],
+    primary: str,
+) -> str:
+    """Episodes and period of the mean per step (production windows); the primary becomes
+    "mean" only when no percentile is known or none repeats and the mean does."""
+    grid, window_s = aligned.grid, aligned.window_s
+    settled = [None if warm else v for v, warm in zip(mean_ms, warming_up, strict=True)]
+    bw = baseline_windows_for(window_s)
+    found, _ = find_episodes(
+        settled, grid.starts_ns, window_s, aligned.start_ns, "mean", baseline_windows=bw
+    )
+    episodes.extend(found)
+    mean_period = detect_periodicity(settled, window_s, found, "mean")
+    periodicity.append(mean_period)
+    has_percentiles = any(v is not None for v in aligned.windows.corrected.p99_ms)
+    primary_found = any(e.percentile == primary for e in episodes)
+    primary_periodic = any(p.percentile == primary and p.periodic for p in periodicity)
+    if found and (
+        not has_percentiles or not primary_found or (mean_period.periodic and not primary_periodic)
+    ):
+        return "mean"
+    return primary
 
 
 def attribute(aligned: Aligned, detected: Detected) -> Attributed:
@@ -535,6 +596,10 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
     )
     episodes = detected.episodes
     attribution = attr.attribute(signals, detected.episodes_for_primary, episodes)
+    if production.is_production(aligned.run):
+        attribution.checks = production.metrics_only_checks(attribution.checks)
+        gone = set(production.PER_REQUEST_CAUSES)
+        attribution.findings = [f for f in attribution.findings if f.cause not in gone]
     # Where the time goes, per window, and which part grew in each episode.
     base = attr.baseline_for(grid.n, detected.episodes_for_primary, episodes, grid.starts_ns)
     latency_breakdown, parts = breakdown(signals, base)
@@ -569,6 +634,8 @@ def judge(
     throughput_rps = aligned.ok / window_s
     p99 = attributed.signals.p99_ms
     overall = _overall(run, aligned.load, aligned.corrected_h, aligned.service_h, start, end)
+    if production.is_production(run):
+        overall = production.with_server_totals(overall, run, grid)
     thresholds, source = resolve_slo(slo, run.info.slo)
     verdict = slo_verdict(thresholds, source, overall)
     alert_list = alerts(

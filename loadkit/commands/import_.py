@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from loadkit import __version__
+from loadkit.commands import import_prometheus
 from loadkit.errors import UsageError
 from loadkit.rundir import JsonlWriter, safe_name, write_manifest
 from loadkit.rundir.layout import MANIFEST_FILE, SCHEMA_VERSION, TELEMETRY_DIR
@@ -32,6 +33,10 @@ formats (detected from the content; or give --format):
 
 Times in nvidia-smi output are the local time of the machine that wrote them:
 give --utc-offset HOURS when that was not this machine's time zone.
+
+production's Prometheus (a run of kind `production`, docs/oncall.md):
+  loadkit import --prometheus http://prometheus:9090 --window 6h [--step 5s]
+                 [--selector '{job="triton"}'] [--model M] [--latency-histogram NAME]
 
 examples:
   loadkit import dmon.log
@@ -58,7 +63,7 @@ def parse_time(text: str) -> int:
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    parser.add_argument("files", nargs="*", type=Path, metavar="FILE")
     parser.add_argument("--format", choices=FORMATS, help="default: detect from the content")
     parser.add_argument("--run", type=Path, metavar="DIR", help="join this existing run directory")
     parser.add_argument("--out", type=Path, default=Path("reports"), help="parent of a new run")
@@ -72,6 +77,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fields", help="query-gpu CSV written with noheader: the --query-gpu list"
     )
+    import_prometheus.add_arguments(parser)
 
 
 def parse_file(path: Path, args: argparse.Namespace) -> ImportResult:
@@ -125,6 +131,10 @@ def _new_manifest(run_id: str, results: list[ImportResult]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.prometheus:
+        return import_prometheus.run_prometheus(args, parse_time)
+    if not args.files:
+        raise UsageError("give a FILE to import, or --prometheus URL --window 6h")
     results = [(path, parse_file(path, args)) for path in args.files]
     if args.run is not None:
         run_dir = args.run

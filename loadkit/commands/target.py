@@ -90,6 +90,13 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         choices=EXTRA_MODELS,
         help="also serve this shipped test model (repeatable), e.g. doc_ranker",
     )
+    parser.add_argument(
+        "--metrics-config",
+        action="append",
+        default=[],
+        metavar="SETTING",
+        help="tritonserver --metrics-config (repeatable), e.g. summary_latencies=true",
+    )
     parser.add_argument("--log", metavar="FILE", help="write the server log here")
     parser.add_argument(
         "--smoke",
@@ -163,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         sim_gpu_state=Path(args.sim_gpu_state) if args.sim_gpu_state else None,
         log_path=log_path,
         extra_models=tuple(args.extra_model),
+        metrics_config=tuple(args.metrics_config),
         **{f"{service}_port": port for service, port in _ports(args).items()},
     )
     # SIGINT and SIGTERM (Ctrl-C, systemd, docker stop, kill -INT of a background

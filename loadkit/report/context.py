@@ -39,6 +39,7 @@ from loadkit.rundir import Run
 
 SLO_LABELS = {"p50": "P50", "p95": "P95", "p99": "P99", "p999": "P99.9", "errors": "errors"}
 PERCENTILES = (("p50", "P50"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9"))
+MEAN_LABEL = "mean (not a percentile)"
 EPISODE_IDS_SHOWN = 12
 
 
@@ -48,6 +49,7 @@ def build_context(run: Run, analysis: Analysis) -> dict[str, Any]:
     return {
         "run_id": analysis.run.run_id,
         "title": _title(analysis, manifest),
+        "latency_note": _latency_note(analysis, manifest),
         "simulated": analysis.run.simulated or analysis.run.gpu_kind == "simulated",
         "status": analysis.run.status,
         "abort": _abort(analysis),
@@ -105,7 +107,31 @@ def _abort(analysis: Analysis) -> dict[str, Any] | None:
     return {"by": abort.by, "condition": abort.condition, "t_s": abort.t_s, "text": text}
 
 
+def _latency_note(analysis: Analysis, manifest: Mapping[str, Any]) -> str:
+    """What the latency numbers are: corrected for a load test; for a production window,
+    the exporter they came from (docs/oncall.md)."""
+    if analysis.run.kind != "production":
+        return (
+            "Latency percentiles are corrected for coordinated omission "
+            "(measured from the intended send time)."
+        )
+    production = manifest.get("production") or {}
+    source = {
+        "triton-summary": "Triton's summary quantiles (each over the last 60 s)",
+        "app-histogram": "the application's histogram (histogram_quantile per step)",
+        "triton-mean": "the mean per request from Triton's counters: no percentile is known",
+    }.get(str(production.get("latency_source")), "the exporters")
+    step = production.get("step_s")
+    return (
+        f"Production window from Prometheus at a {step} s step: latency from {source}, "
+        "measured by the server (no client or network time, not corrected for "
+        "coordinated omission). Every series' source is in the notes."
+    )
+
+
 def _title(analysis: Analysis, manifest: Mapping[str, Any]) -> str:
+    if analysis.run.kind == "production":
+        return f"Production window: {analysis.run.model or 'Triton'} (from Prometheus)"
     scenario = analysis.run.scenario or (manifest.get("scenario") or {}).get("name")
     model = analysis.run.model
     parts = [p for p in (scenario, model) if p]
@@ -604,9 +630,12 @@ def _timeline_of(
     **more: Any,
 ) -> Timeline:
     """A timeline at one resolution (the windows, or the overview's minutes) from its series."""
+    latency_ms = {label: latency.percentile(name) for name, label in PERCENTILES}
+    if getattr(latency, "mean_ms", ()):  # a production window's mean: never a percentile
+        latency_ms[MEAN_LABEL] = latency.mean_ms
     return Timeline(
         t_s=t_s,
-        latency_ms={label: latency.percentile(name) for name, label in PERCENTILES},
+        latency_ms=latency_ms,
         slo_p99_ms=slo_threshold(analysis, "p99"),
         offered_rps=load.offered_rps,
         achieved_rps=load.throughput_rps,

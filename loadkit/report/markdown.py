@@ -71,7 +71,7 @@ def render_context(ctx: dict[str, Any], html_url: str | None = None) -> str:
     nums = ctx["numbers"]
     lines += _table([n["label"] for n in nums], [[n["text"] for n in nums]])
     lines.append("")
-    lines.append("Latency percentiles are corrected for coordinated omission.")
+    lines.append(ctx["latency_note"])
     lines.append("")
     if ctx["error_kinds"]:
         kinds = ", ".join(

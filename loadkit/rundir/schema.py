@@ -523,6 +523,8 @@ class Manifest:
     distributed: dict[str, Any] | None = None  # Locust workers: clocks, losses
     metrics_endpoint: str | None = None  # the live Prometheus endpoint (--serve-metrics PORT)
     demo: dict[str, Any] | None = None  # loadkit demo's cooling-fault schedule
+    # `loadkit import --prometheus`: the server, window, step and each series' source.
+    production: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Manifest:
@@ -550,6 +552,7 @@ class Manifest:
             distributed=dict(d) if isinstance(d := raw.get("distributed"), Mapping) else None,
             metrics_endpoint=_str(raw.get("metrics_endpoint")),
             demo=dict(demo) if isinstance(demo := raw.get("demo"), Mapping) else None,
+            production=dict(p) if isinstance(p := raw.get("production"), Mapping) else None,
         )
 
     @property

@@ -95,6 +95,7 @@ class EmbeddedTriton:
         stop_timeout_s: float = 8.0,
         metrics_interval_ms: int = 1000,
         extra_models: tuple[str, ...] = (),
+        metrics_config: tuple[str, ...] = (),
     ) -> None:
         self.settings = ModelSettings(
             max_batch_size=max_batch_size,
@@ -121,6 +122,10 @@ class EmbeddedTriton:
         self.stop_timeout_s = max(stop_timeout_s, exit_timeout_s + 2.0)
         self.metrics_interval_ms = metrics_interval_ms
         self.extra_models = tuple(extra_models)
+        # `--metrics-config` settings, e.g. "summary_latencies=true": Triton then
+        # exposes latency quantiles (nv_inference_request_summary_us) a Prometheus
+        # server can scrape (docs/oncall.md).
+        self.metrics_config = tuple(metrics_config)
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -242,6 +247,7 @@ class EmbeddedTriton:
             "--allow-cpu-metrics=true",
             "--pinned-memory-pool-byte-size=0",  # no CUDA: skip the pinned pool warning
             f"--exit-timeout-secs={self.exit_timeout_s}",
+            *(f"--metrics-config={setting}" for setting in self.metrics_config),
         ]
         try:
             self._proc = lifeline.popen(

@@ -1,0 +1,206 @@
+"""`loadkit import --prometheus URL --window 6h`: a window of production's Prometheus as a run.
+
+Pulls the window through the exporter families (loadkit/telemetry/prometheus/)
+and writes a run directory of kind `production` with the RunWriter, so
+`loadkit analyze` and `loadkit report` read it like any other run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from loadkit.errors import UsageError
+from loadkit.rundir import RunWriter
+from loadkit.rundir.layout import TELEMETRY_DIR
+from loadkit.telemetry.prometheus.client import NS, PrometheusClient
+from loadkit.telemetry.prometheus.families import FAMILIES
+from loadkit.telemetry.prometheus.window import (
+    PulledWindow,
+    Selectors,
+    parse_selector,
+    pull_window,
+)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """'6h', '90m', '5s', '250ms', '30' (seconds) -> seconds."""
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 6h, 90m, 5s)")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    prom = parser.add_argument_group("production window from Prometheus (--prometheus)")
+    prom.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (http://host:9090)")
+    prom.add_argument("--window", type=parse_duration, help="how far back from --end (e.g. 6h)")
+    prom.add_argument("--end", help="end of the window (ISO 8601 or Unix seconds; default: now)")
+    prom.add_argument("--step", type=parse_duration, default=5.0, help="resolution (default 5s)")
+    prom.add_argument(
+        "--selector",
+        action="append",
+        default=[],
+        metavar="[FAMILY=]{...}",
+        help='label matchers for every query, or one family\'s (e.g. node={instance="gpu-3:9100"}); '
+        f"families: {', '.join(FAMILIES)}, app-histogram",
+    )
+    prom.add_argument("--model", help="the Triton model to analyze (default: the busiest)")
+    prom.add_argument(
+        "--latency-histogram", metavar="NAME", help="application histogram <NAME>_bucket (seconds)"
+    )
+    prom.add_argument("--prom-user", help="basic-auth user")
+    prom.add_argument("--prom-password-file", type=Path, help="basic-auth password, from a file")
+    prom.add_argument(
+        "--prom-token-file", type=Path, help="bearer token, from a file (never written to the run)"
+    )
+
+
+def _secret(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _selectors(raw: list[str]) -> Selectors:
+    common: list[str] = []
+    by_family: dict[str, str] = {}
+    known = {*FAMILIES, "app-histogram"}
+    for item in raw:
+        name, sep, rest = item.partition("=")
+        if sep and name.strip() in known and rest.strip().startswith("{"):
+            family = name.strip()
+            by_family[family] = ",".join(
+                m for m in (by_family.get(family, ""), parse_selector(rest)) if m
+            )
+        else:
+            common.append(parse_selector(item))
+    return Selectors(",".join(m for m in common if m), by_family)
+
+
+def _window(args: argparse.Namespace, parse_time: Any) -> tuple[int, int]:
+    if args.window is None:
+        raise UsageError("--prometheus needs --window (e.g. --window 6h)")
+    if args.end is None:
+        end_ns = time.time_ns()
+    else:
+        try:
+            end_ns = parse_time(args.end)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(str(exc)) from None
+    return end_ns - int(args.window * NS), end_ns
+
+
+def run_prometheus(args: argparse.Namespace, parse_time: Any) -> int:
+    if args.files:
+        raise UsageError("give files or --prometheus, not both")
+    if args.run is not None:
+        raise UsageError(
+            "a production window is a run of its own; --run joins files to a load test",
+            hint="leave out --run (name the new run with --run-id)",
+        )
+    start_ns, end_ns = _window(args, parse_time)
+    client = PrometheusClient(
+        args.prometheus,
+        username=args.prom_user,
+        password=_secret(args.prom_password_file),
+        token=_secret(args.prom_token_file),
+    )
+    pulled = pull_window(
+        client,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        step_s=args.step,
+        selectors=_selectors(args.selector),
+        model=args.model,
+        latency_histogram=args.latency_histogram,
+    )
+    run_dir = _write(args, pulled, client, start_ns, end_ns)
+    for note in pulled.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"next: loadkit analyze {run_dir}", file=sys.stderr)
+    return 0
+
+
+def _command_line() -> list[str]:
+    """argv without secrets' values (only file names are ever given, but be sure)."""
+    out: list[str] = []
+    for arg in sys.argv:
+        out.append(re.sub(r"(?i)(://[^/@:]+:)[^/@]+@", r"\1***@", arg))
+    return out
+
+
+def _write(
+    args: argparse.Namespace,
+    pulled: PulledWindow,
+    client: PrometheusClient,
+    start_ns: int,
+    end_ns: int,
+) -> Path:
+    info = client.build_info()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(end_ns / NS))
+    writer = RunWriter.create(
+        out_dir=args.out,
+        run_id=args.run_id or f"{stamp}-production",
+        kind="production",
+        scenario=None,
+        target={
+            "url": re.sub(r"(://)[^/@]+@", r"\1", client.base_url),
+            "protocol": "prometheus",
+            "model": pulled.model,
+            "embedded": False,
+            "requests": None,
+        },
+        environment={"host": {}, "gpu": {"kind": "imported", "devices": []}},
+        command_line=_command_line(),
+    )
+    for series, rows in pulled.rows.items():
+        out = writer.series(series)
+        for row in rows:
+            out.write(row)
+        writer.manifest["sources"].append(
+            {
+                "name": series,
+                "file": f"{TELEMETRY_DIR}/{series}.jsonl",
+                "interval_s": args.step,
+                "simulated": False,
+                "warning": None,
+                "imported_from": {"format": "prometheus", "path": client.base_url},
+                "unknown_fields": [],
+            }
+        )
+    writer.manifest["notes"].extend(pulled.notes)
+    writer.update(
+        start_ns=start_ns,
+        production={
+            "prometheus": writer.manifest["target"]["url"],
+            "prometheus_version": info.get("version"),
+            "window_start_ns": start_ns,
+            "window_end_ns": end_ns,
+            "step_s": args.step,
+            "scrape_interval_s": pulled.scrape_interval_s,
+            "rate_window": pulled.rate_window,
+            "latency_source": pulled.latency_source,
+            "model": pulled.model,
+            "series": pulled.sources,
+            "requests_made": client.requests_made,
+        },
+    )
+    writer.finalize("complete")
+    writer.update(end_ns=end_ns)  # the window's end, not the time of the import
+    print(
+        f"{client.base_url}: {sum(len(r) for r in pulled.rows.values())} rows "
+        f"({', '.join(f'{k} {len(v)}' for k, v in pulled.rows.items())}) -> {writer.path}",
+        file=sys.stderr,
+    )
+    return writer.path
