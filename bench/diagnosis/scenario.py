@@ -4,12 +4,19 @@ Shows: a constant arrival rate `rate` for `duration_s`; with
 `burst_multiplier` > 1, a spike train instead (`rate` x multiplier for
 `burst_duty` of every `burst_period_s`, the first at `burst_offset_s`), whose
 `burst-start`/`burst-end` phase events are the ground truth of the bursts.
-Connection churn is the common `churn` parameter.
+Connection churn is the common `churn` parameter. With `payload_state` (a
+file written by `loadkit.faults.LargePayload`), every request sent while the
+file says `{"bytes": n}` carries an n-byte `PAYLOAD` input as well (the
+embedded ranker declares it optional and ignores it; Triton still copies it).
 
     locust -f bench/diagnosis/scenario.py --host http://127.0.0.1:8000
 """
 
+import numpy as np
+
+from loadkit.faults.payload import PayloadState
 from loadkit.load import InferenceUser, Param, Scenario, shapes
+from loadkit.load.sources import InferRequest, RequestSource
 
 
 def _shape(p):  # type: ignore[no-untyped-def]
@@ -35,14 +42,51 @@ SCENARIO = Scenario(
         "burst_period_s": Param(15.0, "seconds between burst starts"),
         "burst_duty": Param(0.25, "share of each period at the peak"),
         "burst_offset_s": Param(10.0, "first burst start (s after load start)"),
+        "payload_state": Param("", "LargePayload state file: attach its PAYLOAD bytes"),
     },
     shape=_shape,
     slo={"p99_ms": 50.0, "errors_pct": 1.0},
 )
 
 
+class PayloadSource(RequestSource):
+    """The requests of `inner`, each with a `PAYLOAD` of the state file's size while it is > 0.
+
+    One zero-filled array per size, shared by the requests that carry it; a request
+    with a payload is encoded at its send (its pre-encoded form lacks the payload).
+    """
+
+    def __init__(self, inner: RequestSource, state: PayloadState) -> None:
+        self.inner = inner
+        self.state = state
+        self._arrays: dict[tuple[int, int], np.ndarray] = {}
+
+    def next(self) -> InferRequest:
+        request = self.inner.next()
+        size = self.state.get()
+        if size <= 0 or not request.arrays:
+            return request
+        key = (int(request.arrays[0].shape[0]), size)
+        payload = self._arrays.get(key)
+        if payload is None:
+            self._arrays.clear()
+            payload = self._arrays[key] = np.zeros(key, dtype=np.uint8)
+        return request._replace(
+            names=(*request.names, "PAYLOAD"),
+            datatypes=(*request.datatypes, "UINT8"),
+            arrays=(*request.arrays, payload),
+            wire=None,
+        )
+
+
 class Ranker(InferenceUser):
-    """Scores a candidate batch with the `ranker` model."""
+    """Scores a candidate batch with the `ranker` model (or the scenario's `model`)."""
+
+    def on_start(self) -> None:
+        super().on_start()
+        path = str(self._runtime.resolved.params["payload_state"])
+        if path:
+            self._source = PayloadSource(self._source, PayloadState(path))
 
 
 LoadShape = SCENARIO.locust_shape()

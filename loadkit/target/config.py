@@ -39,6 +39,10 @@ class ModelSettings:
     instances: int = 1
     params: Mapping[str, str] = field(default_factory=dict)
     sim_gpu_state: str | None = None
+    # An optional `PAYLOAD` input (UINT8 [-1]) the model ignores: requests that carry a
+    # large one make Triton copy it (compute_input) without more model work (the
+    # diagnosis benchmark's data-movement case). Off: the model's inputs are unchanged.
+    payload_input: bool = False
 
     def validate(self) -> None:
         if self.max_batch_size < 1:
@@ -58,6 +62,21 @@ class ModelSettings:
         if self.sim_gpu_state:
             merged["sim_gpu_state"] = str(self.sim_gpu_state)
         return merged
+
+
+# The optional input a `payload_input` ranker declares (after USER_FEATURES).
+PAYLOAD_INPUT = "PAYLOAD"
+_PAYLOAD_INPUT_PBTXT = (
+    ",\n  {\n"
+    "    # Optional, ignored by the model: bytes a client may attach (an image, a\n"
+    "    # prefetched feature blob) that Triton still copies to the model.\n"
+    f'    name: "{PAYLOAD_INPUT}"\n'
+    "    data_type: TYPE_UINT8\n"
+    "    dims: [ -1 ]\n"
+    "    optional: true\n"
+    "    allow_ragged_batch: true\n"
+    "  }"
+)
 
 
 def template_dir() -> Path:
@@ -83,6 +102,7 @@ def render_config(settings: ModelSettings) -> str:
         max_queue_delay_us=settings.max_queue_delay_us,
         instances=settings.instances,
         user_dim=USER_DIM,
+        extra_inputs=_PAYLOAD_INPUT_PBTXT if settings.payload_input else "",
         parameters=params,
     )
 

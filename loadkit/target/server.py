@@ -95,6 +95,7 @@ class EmbeddedTriton:
         stop_timeout_s: float = 8.0,
         metrics_interval_ms: int = 1000,
         extra_models: tuple[str, ...] = (),
+        payload_input: bool = False,
     ) -> None:
         self.settings = ModelSettings(
             max_batch_size=max_batch_size,
@@ -103,6 +104,7 @@ class EmbeddedTriton:
             params={str(k): str(v) for k, v in (model_params or {}).items()},
             # Absolute: the model opens it from the stub's working directory, not ours.
             sim_gpu_state=os.path.abspath(sim_gpu_state) if sim_gpu_state else None,
+            payload_input=payload_input,
         )
         self.settings.validate()
         self._requested_ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
