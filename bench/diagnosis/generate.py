@@ -468,7 +468,7 @@ def plan_wide_case(case: str, seed: int, duration_s: float = DEFAULT_DURATION_S)
         load.update(
             burst_multiplier=round(peak / plan.rate, 2),
             burst_period_s=round(rng.uniform(*PERIOD_S), 2),
-            burst_duty=round(duty, 2),
+            burst_duty=math.floor(duty * 100) / 100,  # rounded down: the mean stays under
             burst_offset_s=round(rng.uniform(*FIRST_FAULT_S), 2),
             # ~2 s of peak arrivals: a burst's backlog is served, not dropped
             users=min(WIDE_BURST_MAX_USERS, max(BURST_USERS, math.ceil(2 * peak))),

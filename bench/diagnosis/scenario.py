@@ -12,11 +12,9 @@ embedded ranker declares it optional and ignores it; Triton still copies it).
     locust -f bench/diagnosis/scenario.py --host http://127.0.0.1:8000
 """
 
-import numpy as np
-
+from bench.diagnosis.payload import PayloadSource
 from loadkit.faults.payload import PayloadState
 from loadkit.load import InferenceUser, Param, Scenario, shapes
-from loadkit.load.sources import InferRequest, RequestSource
 
 
 def _shape(p):  # type: ignore[no-untyped-def]
@@ -47,36 +45,6 @@ SCENARIO = Scenario(
     shape=_shape,
     slo={"p99_ms": 50.0, "errors_pct": 1.0},
 )
-
-
-class PayloadSource(RequestSource):
-    """The requests of `inner`, each with a `PAYLOAD` of the state file's size while it is > 0.
-
-    One zero-filled array per size, shared by the requests that carry it; a request
-    with a payload is encoded at its send (its pre-encoded form lacks the payload).
-    """
-
-    def __init__(self, inner: RequestSource, state: PayloadState) -> None:
-        self.inner = inner
-        self.state = state
-        self._arrays: dict[tuple[int, int], np.ndarray] = {}
-
-    def next(self) -> InferRequest:
-        request = self.inner.next()
-        size = self.state.get()
-        if size <= 0 or not request.arrays:
-            return request
-        key = (int(request.arrays[0].shape[0]), size)
-        payload = self._arrays.get(key)
-        if payload is None:
-            self._arrays.clear()
-            payload = self._arrays[key] = np.zeros(key, dtype=np.uint8)
-        return request._replace(
-            names=(*request.names, "PAYLOAD"),
-            datatypes=(*request.datatypes, "UINT8"),
-            arrays=(*request.arrays, payload),
-            wire=None,
-        )
 
 
 class Ranker(InferenceUser):

@@ -163,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         sim_gpu_state=Path(args.sim_gpu_state) if args.sim_gpu_state else None,
         log_path=log_path,
         extra_models=tuple(args.extra_model),
+        payload_input=False,
         **{f"{service}_port": port for service, port in _ports(args).items()},
     )
     # SIGINT and SIGTERM (Ctrl-C, systemd, docker stop, kill -INT of a background
