@@ -13,7 +13,8 @@ from loadkit.target.config import PAYLOAD_INPUT
 
 
 class PayloadSource(RequestSource):
-    """The requests of `inner`, each with a `PAYLOAD` of the state file's size while it is > 0.
+    """The requests of `inner`; while the state file's size is > 0, its share of them (spread
+    evenly: every 1/share-th) with a `PAYLOAD` of that size.
 
     One zero-filled array per size, shared by the requests that carry it; a request
     with a payload is encoded at its send (its pre-encoded form lacks the payload).
@@ -23,12 +24,18 @@ class PayloadSource(RequestSource):
         self.inner = inner
         self.state = state
         self._arrays: dict[tuple[int, int], np.ndarray] = {}
+        self._credit = 0.0  # accumulated share: a payload is due at 1
 
     def next(self) -> InferRequest:
         request = self.inner.next()
         size = self.state.get()
         if size <= 0 or not request.arrays:
+            self._credit = 0.0
             return request
+        self._credit += self.state.share
+        if self._credit < 1.0 - 1e-9:
+            return request
+        self._credit -= 1.0
         key = (int(request.arrays[0].shape[0]), size)
         payload = self._arrays.get(key)
         if payload is None:

@@ -400,19 +400,21 @@ def _f(value: float | None) -> float:
     return float(value)
 
 
+def _counted_for_goal(score: RunScore, cause: str) -> bool:
+    """Episodic faults: counted when they raised P99 >= 1.5x; run-long ones (no in-run
+    baseline to measure an effect against) always."""
+    if cause in score.run_level_causes:
+        return True
+    lift = score.effects.get(cause)
+    return lift is not None and lift >= SPIKE_LIFT
+
+
 def goals(scores: Sequence[RunScore]) -> dict[str, Any]:
     """Issue 26's "Done when", on these runs."""
     per_cause: dict[str, Any] = {}
     for cause in sorted({c for s in scores for c in s.true_causes}):
         runs = [s for s in scores if cause in s.true_causes]
-        # Episodic faults: the runs whose fault raised P99 >= 1.5x; run-long ones (no
-        # in-run baseline to measure an effect against): every run.
-        counted = [
-            s
-            for s in runs
-            if (s.effects.get(cause) is None and cause not in s.effects)
-            or (s.effects.get(cause) or 0.0) >= SPIKE_LIFT
-        ]
+        counted = [s for s in runs if _counted_for_goal(s, cause)]
         first = sum(s.hit(cause, 1) for s in counted)
         ac1 = _ratio(first, len(counted))
         per_cause[cause] = {
@@ -420,7 +422,7 @@ def goals(scores: Sequence[RunScore]) -> dict[str, Any]:
             "first": first,
             "ac1": ac1,
             "no_episode": sum(1 for s in counted if cause in s.effects and not s.spike(cause)),
-            "run_long": all(cause not in s.effects for s in runs),
+            "run_long": all(cause in s.run_level_causes for s in runs),
             "met": ac1 is not None and ac1 >= 0.9,
         }
     controls = [s for s in scores if s.case in CONTROL_CASES]

@@ -276,8 +276,12 @@ def test_wide_strengths_span_their_ranges_from_the_weak_end() -> None:
     assert sum(f < 2.35 for f in factors) >= len(factors) // 3
     fractions = [p.faults["cgroup-quota"]["need_fraction"] for p in _wide("cgroup-quota")]
     assert 0.05 <= min(fractions) < 0.1 and 0.6 < max(fractions) <= 0.9
-    payloads = [p.faults["data-movement"]["payload_bytes"] for p in _wide("data-movement")]
-    assert 256 * 1024 <= min(payloads) and max(payloads) <= 8 * 1024 * 1024
+    moves = [(p.rate, p.faults["data-movement"]) for p in _wide("data-movement")]
+    sizes = [f["payload_bytes"] for _, f in moves]
+    assert 1 << 20 <= min(sizes) < 2 << 20 and 16 << 20 < max(sizes) <= 32 << 20
+    for rate, f in moves:  # the payload traffic stays within what the host can copy
+        assert 0.0 < f["share"] <= 1.0
+        assert rate * f["share"] * f["payload_bytes"] <= generate.PAYLOAD_BYTES_PER_S * 1.01
 
 
 def test_wide_burners_range_from_nice_minus_10_to_5_and_plain_loops_without_a_session() -> None:
@@ -358,6 +362,11 @@ def test_payload_source_attaches_the_state_files_size_and_drops_the_stale_wire(
     assert source.next().names[-1] == "PAYLOAD"
     clock[0] += 0.1
     assert source.next() is inner_request
+    # a share of the requests, spread evenly: every 4th at 0.25
+    state.write_text(json.dumps({"bytes": 4096, "share": 0.25}))
+    clock[0] += 0.2
+    carried = ["PAYLOAD" in source.next().names for _ in range(12)]
+    assert carried == [False, False, False, True] * 3
 
 
 # ---- the scorer's effect tables, on hand-made scores
@@ -442,7 +451,7 @@ def test_goals_count_runs_with_lift_from_1_5_controls_and_unexplained_first() ->
         # the residual first where it is the injected cause is no breach
         _effect_score("model-slowdown", "unexplained_compute_slowdown", 2.0, True),
         # run-long: no in-run effect, every run counted
-        score("churn", [churn], [(churn, "strong")]),
+        score("churn", [churn], [(churn, "strong")], run_level_causes=[churn]),
         score("clean", [], [(stall, "weak")], true_period_s=None, period_error=None),
         score("clean-busy", [], [(stall, "moderate")], true_period_s=None, period_error=None),
     ]
