@@ -96,6 +96,7 @@ class EmbeddedTriton:
         metrics_interval_ms: int = 1000,
         extra_models: tuple[str, ...] = (),
         payload_input: bool = False,
+        extra_models_queue_delay_us: int | None = None,
     ) -> None:
         self.settings = ModelSettings(
             max_batch_size=max_batch_size,
@@ -105,6 +106,7 @@ class EmbeddedTriton:
             # Absolute: the model opens it from the stub's working directory, not ours.
             sim_gpu_state=os.path.abspath(sim_gpu_state) if sim_gpu_state else None,
             payload_input=payload_input,
+            extra_models_queue_delay_us=extra_models_queue_delay_us,
         )
         self.settings.validate()
         self._requested_ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}

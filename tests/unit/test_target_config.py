@@ -100,3 +100,16 @@ def test_the_payload_input_is_declared_only_on_request() -> None:
     assert (
         text.index('name: "USER_FEATURES"') < text.index('name: "PAYLOAD"') < text.index("output [")
     )
+
+
+def test_the_extra_models_queue_delay_can_be_replaced(tmp_path: Path) -> None:
+    shipped = write_repository(tmp_path / "a", ModelSettings(), ("doc_ranker",))
+    assert (
+        "max_queue_delay_microseconds: 1000"
+        in (shipped / "doc_ranker" / "config.pbtxt").read_text()
+    )
+    settings = ModelSettings(extra_models_queue_delay_us=0)
+    text = (
+        write_repository(tmp_path / "b", settings, ("doc_ranker",)) / "doc_ranker" / "config.pbtxt"
+    ).read_text()
+    assert "max_queue_delay_microseconds: 0\n" in text and "1000" not in text
