@@ -2,8 +2,9 @@
 
     .venv/bin/python -m bench.diagnosis.run --seeds 2-3 --out reports/diagnosis
 
-generates every case (see `bench.diagnosis.generate.CASES`) for each seed
-into `<out>/runs/`, analyzes each run (`analysis.json` beside it), scores it
+generates every case (see `bench.diagnosis.generate.CASES`; with
+`--ranges wide`, issue 26's weak-to-strong draws and `WIDE_CASES`) for each
+seed into `<out>/runs/`, analyzes each run (`analysis.json` beside it), scores it
 against its ground truth and writes `<out>/scores.json` and
 `<out>/results.md`. `--score-only` re-scores runs already generated (after
 an analyzer change: no need to generate again). Tune the analyzer on
@@ -12,7 +13,7 @@ seeds already looked at and report on a seed never looked at
 
 Each run takes the load's `--duration` plus about 15 s on 2 cores (Triton,
 Locust, samplers and the fault share them), so one seed of all 13 cases
-takes about 16 minutes at 60 s and 29 at 120 s.
+takes about 16 minutes at 60 s and 29 at 120 s (15 wide cases: about 19 at 60 s).
 """
 
 from __future__ import annotations
