@@ -23,29 +23,44 @@ from the case's seed; the plan is written to the manifest
 - `bursts`: periodic bursts above capacity (ground truth: `burst-start`/`burst-end` phases)
 - `churn`: a new connection per request for the whole run (a run-long `fault` event)
 - `thermal+stall`, `model-slowdown+stall`: two faults overlapping
+
+Two range sets (`ranges`): `narrow`, the draws every stored run of seeds 1-16
+was generated with (unchanged, so those runs re-score as they were), and
+`wide` (issue 26), which draws each fault's strength from the weak end up,
+three load levels and both test models, and adds two cases:
+
+- `data-movement`: periodic large payloads (`loadkit.faults.LargePayload`): the
+  ranker's optional `PAYLOAD` input, which it ignores, so Triton's compute_input
+  grows while compute_infer does not
+- `stall+cgroup-quota`: two faults at different periods (quota period 1.4x the stall's)
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from loadkit.faults import (
     CgroupQuota,
     CpuBurn,
     FaultSchedule,
     FaultUnavailable,
+    LargePayload,
     ModelSlowdown,
     ProcessStall,
     ScheduledFault,
@@ -72,6 +87,11 @@ CASES = (
     "thermal+stall",
     "model-slowdown+stall",
 )
+NARROW, WIDE = "narrow", "wide"
+RANGES = (NARROW, WIDE)
+# Cases drawn only with the wide ranges.
+WIDE_ONLY_CASES = ("data-movement", "stall+cgroup-quota")
+WIDE_CASES = CASES + WIDE_ONLY_CASES
 
 # 70 s of load: with periods of 8-11 s and the first window after the
 # analyzer's 8 s warm-up, a run holds 6-7 fault windows. The analyzer needs at
@@ -130,6 +150,75 @@ QUIET_BUSY_PCT = 35.0
 QUIET_MAX_WAIT_S = 20.0
 QUIET_SAMPLE_S = 3.0
 
+# ---- wide ranges (issue 26): strengths from the weak end up, three loads, two models.
+# Strengths are drawn log-uniformly (as many draws in 0.2-0.6 s as in 0.6-2 s of stall):
+# most faults met in the field are weak ones.
+WIDE_STALL_S = (0.2, 2.0)
+WIDE_MODEL_SLOWDOWN = (1.1, 5.0)
+# Burners: nice -10 to +5, each in a session of its own (a co-located job), or, for
+# WIDE_BURN_PLAIN_SHARE of the draws, plain busy loops at the server's own priority in
+# the benchmark's session (no setsid: what a script started next to the server does).
+WIDE_BURN_NICE = (-10, 5)
+WIDE_BURN_PLAIN_SHARE = 0.3
+# Quota: a fraction of the server's own CPU use (Triton and its backend stubs) measured
+# over the NEED_WINDOW_S before the first quota window, under the run's load: from well
+# below (5 %) to just below (90 %) what it uses.
+WIDE_QUOTA_FRACTION = (0.05, 0.9)
+NEED_WINDOW_S = 3.0
+NEED_FALLBACK_CORES = 0.15  # when the measurement fails (recorded as such)
+# Bursts: peaks from just above the burst server's capacity to 3x it; the mean
+# offered load at most WIDE_BURST_MEAN_UTIL of that capacity.
+BURST_CAPACITY_RPS = 380.0  # BURST_TRITON measured on this 2-core VM (round 1)
+WIDE_BURST_PEAK = (1.05, 3.0)
+WIDE_BURST_MEAN_UTIL = 0.8
+WIDE_BURST_DUTY = (0.1, 0.3)
+WIDE_BURST_MAX_USERS = 2400
+# data-movement: the payload a request carries in the windows (bytes, log-uniform), on a
+# share of the requests that keeps the payload traffic at most PAYLOAD_BYTES_PER_S (this
+# 2-core host copies it three times: Locust's encoding, Triton's receive, the backend's
+# copy). Smoke (seed 98): 1.1 MB on every request at 143/s added ~0.15 ms of
+# compute_input per request and no spike: copies of a few MB are cheap; tens of MB are not.
+WIDE_PAYLOAD_BYTES = (1 << 20, 32 << 20)
+PAYLOAD_BYTES_PER_S = 256 << 20
+# Load levels. `knee` runs the ranker on the slow server of the bursts case (max batch 2,
+# 3.5 ms + 0.5 ms per request: ~440 req/s nominal, ~380 measured) at 55-68 % of its
+# nominal capacity (244-302 req/s, about 65-80 % of the measured one): near the knee of
+# its latency curve, at a rate this 2-core host can still generate.
+LOAD_LEVELS = ("low", "medium", "knee")
+LEVEL_RATES = {"low": (40.0, 70.0), "medium": (120.0, 200.0)}
+KNEE_UTILISATION = (0.55, 0.68)
+MODELS = ("ranker", "doc_ranker")
+# doc_ranker (three inputs, from its metadata; no simulated accelerator time, a static
+# configuration) serves the cases whose fault does not act through the ranker's
+# simulated compute, batching settings or optional input.
+DOC_RANKER_CASES = frozenset(
+    {"clean", "clean-busy", "stall", "cpu-burn", "cgroup-quota", "cgroup-quota-loose", "churn"}
+    | {"stall+cgroup-quota"}
+)
+DOC_RANKER_LOAD = {"model": "doc_ranker", "shape": "DOC_IDS:16"}
+# doc_ranker ships with a 1 ms wait for batches of 4-8: at these loads that is itself a
+# batching-window finding (smoke seed 92: "requests wait 1.3 ms in the queue for batches of
+# 1.0 at 120 req/s", strong). Like the ranker's 0.5 ms (CONTROL_QUEUE_DELAY_US), the
+# benchmark serves it without that wait.
+DOC_RANKER_QUEUE_DELAY_US = 0
+# data-movement: the ranker's own requests, without its preset (the optional PAYLOAD
+# input changes its signature): the preset's candidates and id range, given explicitly.
+PAYLOAD_RANKER_LOAD = {"shape": "ITEM_IDS:100", "int_range": f"ITEM_IDS:0,{(1 << 40) - 1}"}
+OVERLAP_PERIOD_RATIO = 1.4
+
+
+def _nominal_capacity(triton: dict[str, Any]) -> float:
+    """Requests/s of a ranker server at full batches (before the backend's overhead)."""
+    params = triton["model_params"]
+    full = int(triton["max_batch_size"])
+    batch_us = float(params["gpu_time_us_per_batch"]) + full * float(params["gpu_time_us_per_item"])
+    return full / (batch_us / 1e6)
+
+
+def _log_uniform(rng: random.Random, bounds: tuple[float, float]) -> float:
+    lo, hi = bounds
+    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
 
 @dataclass
 class CasePlan:
@@ -142,13 +231,22 @@ class CasePlan:
     triton: dict[str, Any] = field(default_factory=dict)
     load: dict[str, Any] = field(default_factory=dict)  # scenario parameter overrides
     faults: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Wide ranges only (left out of a narrow plan's JSON, which stays as it was):
+    ranges: str = NARROW
+    model: str = "ranker"
+    load_level: str | None = None
 
     @property
     def run_id(self) -> str:
-        return f"{self.case.replace('+', '-and-')}-s{self.seed}"
+        wide = "-wide" if self.ranges == WIDE else ""
+        return f"{self.case.replace('+', '-and-')}{wide}-s{self.seed}"
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.ranges == NARROW:  # as the stored runs of seeds 1-16 recorded it
+            for key in ("ranges", "model", "load_level"):
+                data.pop(key)
+        return data
 
 
 def case_rng(case: str, seed: int) -> random.Random:
@@ -168,10 +266,23 @@ def _episodic(rng: random.Random, duration: tuple[float, float]) -> dict[str, An
     }
 
 
-def plan_case(case: str, seed: int, duration_s: float = DEFAULT_DURATION_S) -> CasePlan:
-    """The randomized parameters of one case for one seed."""
-    if case not in CASES:
-        raise ValueError(f"unknown case {case!r}; cases: {', '.join(CASES)}")
+def cases_for(ranges: str) -> tuple[str, ...]:
+    """The cases a range set draws."""
+    return WIDE_CASES if ranges == WIDE else CASES
+
+
+def plan_case(
+    case: str, seed: int, duration_s: float = DEFAULT_DURATION_S, ranges: str = NARROW
+) -> CasePlan:
+    """The randomized parameters of one case for one seed, from the `narrow` or `wide` ranges."""
+    if ranges not in RANGES:
+        raise ValueError(f"unknown ranges {ranges!r}; ranges: {', '.join(RANGES)}")
+    if case not in cases_for(ranges):
+        raise ValueError(
+            f"unknown case {case!r} for {ranges} ranges; cases: {', '.join(cases_for(ranges))}"
+        )
+    if ranges == WIDE:
+        return plan_wide_case(case, seed, duration_s)
     rng = case_rng(case, seed)
     plan = CasePlan(
         case=case,
@@ -267,6 +378,136 @@ def plan_case(case: str, seed: int, duration_s: float = DEFAULT_DURATION_S) -> C
     return plan
 
 
+def _episodic_wide(rng: random.Random, duration: tuple[float, float]) -> dict[str, Any]:
+    """As `_episodic`, with the window's length drawn log-uniformly."""
+    return {
+        "period_s": round(rng.uniform(*PERIOD_S), 2),
+        "duration_s": round(_log_uniform(rng, duration), 2),
+        "first_start_s": round(rng.uniform(*FIRST_FAULT_S), 2),
+        "jitter_s": round(rng.uniform(0.0, 0.5), 2),
+        "seed": rng.randrange(1 << 30),
+    }
+
+
+def plan_wide_case(case: str, seed: int, duration_s: float = DEFAULT_DURATION_S) -> CasePlan:
+    """The wide ranges (issue 26): weak to strong faults, three loads, two models.
+
+    Draws from a generator of its own per (case, seed), so the narrow plans are untouched.
+    """
+    rng = case_rng(f"{WIDE}:{case}", seed)
+    parts = case.split("+")
+    model = rng.choice(MODELS) if case in DOC_RANKER_CASES else "ranker"
+    levels = LOAD_LEVELS if model == "ranker" and case != "bursts" else LOAD_LEVELS[:2]
+    level = rng.choice(levels)
+    triton: dict[str, Any] = {"max_queue_delay_us": CONTROL_QUEUE_DELAY_US, "max_batch_size": 32}
+    if level == "knee":
+        triton = {**triton, **BURST_TRITON}
+        rate = round(rng.uniform(*KNEE_UTILISATION) * _nominal_capacity(triton), 1)
+    else:
+        rate = round(rng.uniform(*LEVEL_RATES[level]), 1)
+    plan = CasePlan(
+        case=case,
+        seed=seed,
+        duration_s=duration_s,
+        rate=rate,
+        triton=triton,
+        ranges=WIDE,
+        model=model,
+        load_level=level,
+    )
+    load: dict[str, Any] = {}
+    if model == "doc_ranker":
+        load.update(DOC_RANKER_LOAD)
+        plan.triton["extra_models_queue_delay_us"] = DOC_RANKER_QUEUE_DELAY_US
+    if "stall" in parts:
+        plan.faults["stall"] = {"schedule": _episodic_wide(rng, WIDE_STALL_S)}
+    if "model-slowdown" in parts:
+        plan.faults["model-slowdown"] = {
+            "schedule": _episodic(rng, (2.0, 4.0)),
+            "factor": round(_log_uniform(rng, WIDE_MODEL_SLOWDOWN), 2),
+        }
+    if case == "clean-busy":  # the narrow control, unchanged (see plan_case)
+        plan.faults["busy-host"] = {
+            "schedule": RUN_LEVEL,
+            "processes_per_core": 1,
+            "nice": 19,
+            "sched_idle": True,
+        }
+    if case == "cgroup-quota-loose":
+        plan.faults["cgroup-quota-loose"] = {
+            "schedule": _episodic(rng, (2.5, 4.0)),
+            "quota_cores": round(rng.uniform(*LOOSE_QUOTA_HOST_CORES) * _host_cores(), 2),
+        }
+    if "cpu-burn" in parts:
+        plain = rng.random() < WIDE_BURN_PLAIN_SHARE
+        plan.faults["cpu-burn"] = {
+            "schedule": _episodic(rng, (2.5, 4.0)),
+            "processes_per_core": rng.choice((1, 2)),
+            "nice": 0 if plain else rng.randint(*WIDE_BURN_NICE),
+            "own_session": not plain,
+        }
+    if "cgroup-quota" in parts:
+        s = _episodic(rng, (2.5, 4.0))
+        if "stall" in parts:  # two periods, so the causes' episodes part and meet
+            s["period_s"] = round(
+                plan.faults["stall"]["schedule"]["period_s"] * OVERLAP_PERIOD_RATIO, 2
+            )
+        plan.faults["cgroup-quota"] = {
+            "schedule": s,
+            # quota_cores = need_fraction x the server's CPU measured before the first window
+            "need_fraction": round(_log_uniform(rng, WIDE_QUOTA_FRACTION), 3),
+            "need_window_s": NEED_WINDOW_S,
+        }
+    if "thermal" in parts:
+        s = _episodic(rng, (2.5, 4.0))
+        if "stall" in parts:
+            s["period_s"] = round(plan.faults["stall"]["schedule"]["period_s"] * 1.37, 2)
+        plan.faults["thermal"] = {
+            "schedule": {k: s[k] for k in ("period_s", "duration_s", "first_start_s")}
+        }
+    if case == "batching-window":  # the narrow case: low load is what makes it
+        plan.rate = round(rng.uniform(*LOW_RATE), 1)
+        plan.load_level = "low"
+        plan.triton = {
+            "max_queue_delay_us": int(rng.uniform(*BATCHING_WINDOW_MS) * 1000),
+            "max_batch_size": 32,
+        }
+        plan.faults["batching-window"] = {"schedule": RUN_LEVEL, **plan.triton}
+    if case == "bursts":
+        plan.triton = {**plan.triton, **BURST_TRITON}
+        peak = _log_uniform(rng, WIDE_BURST_PEAK) * BURST_CAPACITY_RPS
+        most = (WIDE_BURST_MEAN_UTIL * BURST_CAPACITY_RPS - plan.rate) / (peak - plan.rate)
+        duty = min(rng.uniform(*WIDE_BURST_DUTY), most)
+        load.update(
+            burst_multiplier=round(peak / plan.rate, 2),
+            burst_period_s=round(rng.uniform(*PERIOD_S), 2),
+            burst_duty=math.floor(duty * 100) / 100,  # rounded down: the mean stays under
+            burst_offset_s=round(rng.uniform(*FIRST_FAULT_S), 2),
+            # ~2 s of peak arrivals: a burst's backlog is served, not dropped
+            users=min(WIDE_BURST_MAX_USERS, max(BURST_USERS, math.ceil(2 * peak))),
+        )
+        plan.faults["bursts"] = {
+            "schedule": "phase events burst-start/burst-end",
+            "peak_rps": round(peak, 1),
+            "peak_x_capacity": round(peak / BURST_CAPACITY_RPS, 2),
+            **load,
+        }
+    if case == "churn":
+        load["churn"] = True
+        plan.faults["churn"] = {"schedule": RUN_LEVEL, "churn": True}
+    if case == "data-movement":
+        plan.triton = {**plan.triton, "payload_input": True}
+        load.update(PAYLOAD_RANKER_LOAD)
+        size = int(_log_uniform(rng, WIDE_PAYLOAD_BYTES))
+        plan.faults["data-movement"] = {
+            "schedule": _episodic(rng, (2.0, 4.0)),
+            "payload_bytes": size,
+            "share": round(min(1.0, PAYLOAD_BYTES_PER_S / (plan.rate * size)), 3),
+        }
+    plan.load = {"rate": plan.rate, "duration_s": duration_s, **load}
+    return plan
+
+
 def _schedule(params: dict[str, Any], until_s: float) -> FaultSchedule:
     return FaultSchedule(
         duration_s=params["duration_s"],
@@ -286,6 +527,74 @@ class GeneratedRun:
     wall_s: float = 0.0
 
 
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds used so far by `pid` and its descendants (Triton and its backend stubs)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return math.nan
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
+class _NeedProbe:
+    """The server's CPU need under the run's load, measured just before a quota's first window.
+
+    Sets the quota to `fraction` of it before the window starts (the injector reads
+    `quota_cores` at each window's start); on failure the quota stays at the fallback.
+    """
+
+    def __init__(self, pid: int, injector: CgroupQuota, fraction: float, schedule: dict[str, Any]):
+        self.pid = pid
+        self.injector = injector
+        self.fraction = fraction
+        self.window_s = float(schedule.get("need_window_s", NEED_WINDOW_S))
+        self.first_s = float(schedule["first_start_s"]) - float(schedule.get("jitter_s", 0.0))
+        self.result: dict[str, Any] = {
+            "need_fraction": fraction,
+            "server_cpu_cores": None,
+            "quota_cores": injector.quota_cores,
+            "measured": False,
+        }
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="diagnosis-need", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        begin = max(0.0, self.first_s - self.window_s - 0.2)
+        if self._stop.wait(begin):
+            return
+        c0, m0 = _tree_cpu_s(self.pid), time.monotonic()
+        if self._stop.wait(max(0.1, t0 + begin + self.window_s - m0)):
+            return
+        c1, m1 = _tree_cpu_s(self.pid), time.monotonic()
+        need = (c1 - c0) / (m1 - m0)
+        if not math.isfinite(need) or need <= 0:
+            return
+        quota = max(0.01, round(self.fraction * need, 3))  # the kernel's minimum: 1 ms/100 ms
+        self.injector.quota_cores = quota
+        self.result.update(
+            server_cpu_cores=round(need, 3),
+            quota_cores=quota,
+            measured=True,
+            window_s=round(m1 - m0, 2),
+        )
+
+
 class _Faults:
     """The case's faults for one run: started in `before_start`, stopped after the load."""
 
@@ -294,7 +603,9 @@ class _Faults:
         self.triton = triton
         self.state_path = state_path
         self.slowdown_path = state_path.with_name("model_slowdown.json")
+        self.payload_path = state_path.with_name("payload.json")
         self.injectors: list[ScheduledFault] = []
+        self.need: _NeedProbe | None = None
         self.thermal = ThermalFault(period_s=None)
         self.run_dir: Path | None = None
         self.samplers: SamplerSet | None = None
@@ -387,11 +698,27 @@ class _Faults:
             )
         if "cgroup-quota" in faults:
             f = faults["cgroup-quota"]
+            fraction = f.get("need_fraction")
+            quota = CgroupQuota(
+                pid,
+                _schedule(f["schedule"], until),
+                # wide ranges: a fraction of the need measured before the first window
+                quota_cores=f["quota_cores"]
+                if fraction is None
+                else fraction * NEED_FALLBACK_CORES,
+                run_dir=run_dir,
+            )
+            self.injectors.append(quota)
+            if fraction is not None:
+                self.need = _NeedProbe(pid, quota, float(fraction), f["schedule"])
+        if "data-movement" in faults:
+            f = faults["data-movement"]
             self.injectors.append(
-                CgroupQuota(
-                    pid,
+                LargePayload(
+                    self.payload_path,
                     _schedule(f["schedule"], until),
-                    quota_cores=f["quota_cores"],
+                    payload_bytes=int(f["payload_bytes"]),
+                    share=float(f.get("share", 1.0)),
                     run_dir=run_dir,
                 )
             )
@@ -399,10 +726,14 @@ class _Faults:
             if name in faults:
                 params = {k: v for k, v in faults[name].items() if k != "schedule"}
                 append_event(run_dir, "fault", name, action="start", scope="run", **params)
+        if self.need is not None:
+            self.need.start()
         for injector in self.injectors:
             injector.start()
 
     def stop(self) -> None:
+        if self.need is not None:
+            self.need.stop()
         for injector in self.injectors:
             injector.stop()
         if self.samplers is not None:
@@ -508,6 +839,11 @@ def generate_run(
         slowdown = state_path.with_name("model_slowdown.json")
         slowdown.write_text(json.dumps({"factor": 1.0}))
         model_params["slowdown_state"] = str(slowdown)
+    load = dict(plan.load)
+    if "data-movement" in plan.faults:
+        payload = state_path.with_name("payload.json")
+        payload.write_text(json.dumps({"bytes": 0}))
+        load["payload_state"] = str(payload)
     try:
         with EmbeddedTriton(
             max_queue_delay_us=plan.triton["max_queue_delay_us"],
@@ -515,6 +851,9 @@ def generate_run(
             model_params=model_params or None,
             sim_gpu_state=state_path,
             log_path=workdir / "tritonserver.log",
+            extra_models=(plan.model,) if plan.model != "ranker" else (),
+            payload_input=bool(plan.triton.get("payload_input", False)),
+            extra_models_queue_delay_us=plan.triton.get("extra_models_queue_delay_us"),
         ) as triton:
             faults = _Faults(plan, triton, state_path)
             server = triton.describe()
@@ -524,7 +863,7 @@ def generate_run(
                     triton.http_url,
                     seed=plan.seed,
                     out_dir=out_dir,
-                    params=plan.load,
+                    params=load,
                     run_id=plan.run_id,
                     extra_manifest={
                         "environment": {"server": server},
@@ -556,6 +895,8 @@ def generate_run(
                 **(params.get("diagnosis") or {}),
                 "host_load": {"before": load_before, "after": host_load(), "quiet_gate": quiet},
             }
+            if faults.need is not None:  # the quota as applied (wide ranges)
+                params["diagnosis"]["quota_need"] = faults.need.result
             changes["scenario"] = {**scenario, "params": params}
             update_manifest(run_dir, **changes)
     finally:

@@ -171,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         log_path=log_path,
         extra_models=tuple(args.extra_model),
         metrics_config=tuple(args.metrics_config),
+        payload_input=False,
         **{f"{service}_port": port for service, port in _ports(args).items()},
     )
     # SIGINT and SIGTERM (Ctrl-C, systemd, docker stop, kill -INT of a background

@@ -10,6 +10,8 @@ directory:
 - `cgroup_quota.CgroupQuota`: a real CFS quota on the target's cgroup (event `cgroup-quota`)
 - `model_slowdown.ModelSlowdown`: the embedded ranker takes `factor` times longer
   (event `model-slowdown`; no GPU, CPU or cgroup signal)
+- `payload.LargePayload`: requests carry a large payload the model ignores (event
+  `data-movement`; the load generator reads its state file with `payload.PayloadState`)
 - `thermal.ThermalFault`: the simulated GPU's cooling fault (events `cooling-fault`,
   `thermal-throttle`, written by the simulator itself)
 
@@ -21,6 +23,7 @@ bench/diagnosis/).
 from loadkit.faults.cgroup_quota import CgroupQuota, locate_cpu_cgroup
 from loadkit.faults.cpu_burn import CpuBurn
 from loadkit.faults.model_slowdown import ModelSlowdown
+from loadkit.faults.payload import LargePayload, PayloadState
 from loadkit.faults.schedule import FaultSchedule, FaultUnavailable, FaultWindow, ScheduledFault
 from loadkit.faults.stall import ProcessStall
 from loadkit.faults.thermal import ThermalFault
@@ -32,6 +35,8 @@ __all__ = [
     "FaultSchedule",
     "FaultUnavailable",
     "FaultWindow",
+    "LargePayload",
+    "PayloadState",
     "ProcessStall",
     "ScheduledFault",
     "ThermalFault",

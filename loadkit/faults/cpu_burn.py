@@ -12,7 +12,8 @@ scheduler runs a waking task first and, with autogroups on (the Linux
 default), shares CPU between sessions before processes: Triton and Locust
 each run in a session of their own and keep their share. With `nice` != 0
 each burner runs in a new session and sets the nice value of its process and
-of its autogroup. Raising priority needs root (or CAP_SYS_NICE); without it
+of its autogroup; with `own_session=False` (plain busy loops in the caller's
+session, like a script started beside the server) only that of its process. Raising priority needs root (or CAP_SYS_NICE); without it
 the fault is unavailable rather than silently weaker. Windows stay bounded:
 the burners are killed at each window's end.
 
@@ -49,7 +50,9 @@ if os.getppid() != int(sys.argv[1]):
     sys.exit(0)
 nice = int(sys.argv[2])
 if nice:
-    if os.path.exists("/proc/self/autogroup"):
+    # the autogroup's nice only in a session of our own: in our parent's session it
+    # would renice every process of that session
+    if os.getsid(0) == os.getpid() and os.path.exists("/proc/self/autogroup"):
         with open("/proc/self/autogroup", "w") as f:
             f.write(str(nice))
     os.setpriority(os.PRIO_PROCESS, 0, nice)

@@ -8,6 +8,7 @@ batching settings never share (or race on) one config file.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,14 @@ class ModelSettings:
     instances: int = 1
     params: Mapping[str, str] = field(default_factory=dict)
     sim_gpu_state: str | None = None
+    # An optional `PAYLOAD` input (UINT8 [-1]) the model ignores: requests that carry a
+    # large one make Triton copy it (compute_input) without more model work (the
+    # diagnosis benchmark's data-movement case). Off: the model's inputs are unchanged.
+    payload_input: bool = False
+    # The shipped extra models' configurations are static; this replaces their
+    # max_queue_delay_microseconds (None: as shipped). doc_ranker's 1 ms wait for
+    # batches of 4-8 is itself a batching-window finding at tens to hundreds of req/s.
+    extra_models_queue_delay_us: int | None = None
 
     def validate(self) -> None:
         if self.max_batch_size < 1:
@@ -58,6 +67,21 @@ class ModelSettings:
         if self.sim_gpu_state:
             merged["sim_gpu_state"] = str(self.sim_gpu_state)
         return merged
+
+
+# The optional input a `payload_input` ranker declares (after USER_FEATURES).
+PAYLOAD_INPUT = "PAYLOAD"
+_PAYLOAD_INPUT_PBTXT = (
+    ",\n  {\n"
+    "    # Optional, ignored by the model: bytes a client may attach (an image, a\n"
+    "    # prefetched feature blob) that Triton still copies to the model.\n"
+    f'    name: "{PAYLOAD_INPUT}"\n'
+    "    data_type: TYPE_UINT8\n"
+    "    dims: [ -1 ]\n"
+    "    optional: true\n"
+    "    allow_ragged_batch: true\n"
+    "  }"
+)
 
 
 def template_dir() -> Path:
@@ -83,6 +107,7 @@ def render_config(settings: ModelSettings) -> str:
         max_queue_delay_us=settings.max_queue_delay_us,
         instances=settings.instances,
         user_dim=USER_DIM,
+        extra_inputs=_PAYLOAD_INPUT_PBTXT if settings.payload_input else "",
         parameters=params,
     )
 
@@ -107,4 +132,12 @@ def write_repository(dest: Path, settings: ModelSettings, extra_models: Sequence
         shutil.copytree(
             source, dest / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
         )
+        if settings.extra_models_queue_delay_us is not None:
+            config = dest / name / "config.pbtxt"
+            text = re.sub(
+                r"max_queue_delay_microseconds: \d+",
+                f"max_queue_delay_microseconds: {int(settings.extra_models_queue_delay_us)}",
+                config.read_text(encoding="utf-8"),
+            )
+            config.write_text(text, encoding="utf-8")
     return dest

@@ -96,6 +96,8 @@ class EmbeddedTriton:
         metrics_interval_ms: int = 1000,
         extra_models: tuple[str, ...] = (),
         metrics_config: tuple[str, ...] = (),
+        payload_input: bool = False,
+        extra_models_queue_delay_us: int | None = None,
     ) -> None:
         self.settings = ModelSettings(
             max_batch_size=max_batch_size,
@@ -104,6 +106,8 @@ class EmbeddedTriton:
             params={str(k): str(v) for k, v in (model_params or {}).items()},
             # Absolute: the model opens it from the stub's working directory, not ours.
             sim_gpu_state=os.path.abspath(sim_gpu_state) if sim_gpu_state else None,
+            payload_input=payload_input,
+            extra_models_queue_delay_us=extra_models_queue_delay_us,
         )
         self.settings.validate()
         self._requested_ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}

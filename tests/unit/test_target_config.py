@@ -88,3 +88,28 @@ def test_server_environment_points_the_stub_at_this_python() -> None:
     assert str(runtime.libs) in libs and libs[-1] == "/opt/x"
     assert any("site-packages" in p for p in env[STUB_PYTHONPATH_ENV].split(os.pathsep))
     assert runtime.stub.name == "triton_python_backend_stub" and runtime.stub.is_file()
+
+
+def test_the_payload_input_is_declared_only_on_request() -> None:
+    plain = render_config(ModelSettings())
+    assert "PAYLOAD" not in plain and "optional" not in plain
+    text = render_config(ModelSettings(payload_input=True))
+    block = text[text.index('name: "PAYLOAD"') :]
+    block = block[: block.index("}")]
+    assert "TYPE_UINT8" in block and "optional: true" in block and "dims: [ -1 ]" in block
+    assert (
+        text.index('name: "USER_FEATURES"') < text.index('name: "PAYLOAD"') < text.index("output [")
+    )
+
+
+def test_the_extra_models_queue_delay_can_be_replaced(tmp_path: Path) -> None:
+    shipped = write_repository(tmp_path / "a", ModelSettings(), ("doc_ranker",))
+    assert (
+        "max_queue_delay_microseconds: 1000"
+        in (shipped / "doc_ranker" / "config.pbtxt").read_text()
+    )
+    settings = ModelSettings(extra_models_queue_delay_us=0)
+    text = (
+        write_repository(tmp_path / "b", settings, ("doc_ranker",)) / "doc_ranker" / "config.pbtxt"
+    ).read_text()
+    assert "max_queue_delay_microseconds: 0\n" in text and "1000" not in text
