@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "analyze": "loadkit.commands.analyze",
     "report": "loadkit.commands.report",
     "compare": "loadkit.commands.compare",
+    "capacity": "loadkit.commands.capacity",
 }
 
 EPILOG = """\

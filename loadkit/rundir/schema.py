@@ -523,6 +523,8 @@ class Manifest:
     distributed: dict[str, Any] | None = None  # Locust workers: clocks, losses
     metrics_endpoint: str | None = None  # the live Prometheus endpoint (--serve-metrics PORT)
     demo: dict[str, Any] | None = None  # loadkit demo's cooling-fault schedule
+    capacity: dict[str, Any] | None = None  # loadkit capacity's search settings
+    sweep: dict[str, Any] | None = None  # loadkit sweep: this point's server configuration
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Manifest:
@@ -550,6 +552,8 @@ class Manifest:
             distributed=dict(d) if isinstance(d := raw.get("distributed"), Mapping) else None,
             metrics_endpoint=_str(raw.get("metrics_endpoint")),
             demo=dict(demo) if isinstance(demo := raw.get("demo"), Mapping) else None,
+            capacity=dict(c) if isinstance(c := raw.get("capacity"), Mapping) else None,
+            sweep=dict(sw) if isinstance(sw := raw.get("sweep"), Mapping) else None,
         )
 
     @property
