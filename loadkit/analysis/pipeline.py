@@ -625,8 +625,6 @@ def judge(
     if stopped:
         notes.append(stopped)
     capacity = _capacity(aligned) if run.info.kind == "capacity" else None
-    if capacity is not None:
-        notes.append(capacity.answer)
     return Analysis(
         schema_version=SCHEMA_VERSION,
         run=run_info,
@@ -646,7 +644,9 @@ def judge(
         recoveries=tuple(recoveries),
         knee=knee,
         soak=soak,
-        headline=headline(
+        headline=capacity.answer
+        if capacity is not None
+        else headline(
             verdict,
             findings,
             periodic.period_s if periodic else None,
