@@ -185,9 +185,7 @@ def test_bad_input_is_one_line_and_the_documented_exit_code(
         target = f"http://127.0.0.1:{_free_port()}"
     else:
         extra = ["--model", "nosuch"]
-    proc = _capacity(
-        "--target", target, "--slo", slo, *extra, "--out", str(tmp_path), timeout=60
-    )
+    proc = _capacity("--target", target, "--slo", slo, *extra, "--out", str(tmp_path), timeout=60)
     assert proc.returncode == code, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1 and says in errors[0], proc.stderr
