@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "report": "loadkit.commands.report",
     "compare": "loadkit.commands.compare",
     "capacity": "loadkit.commands.capacity",
+    "sweep": "loadkit.commands.sweep",
 }
 
 EPILOG = """\

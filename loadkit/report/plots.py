@@ -690,7 +690,41 @@ def capacity_figure(spec: CapacityPlot) -> Image:
         )
 
 
-PlotSpec = Timeline | NinesPlot | BatchPhasePlot | AlignedPlot | OverlayPlot | CapacityPlot
+@dataclass(frozen=True)
+class SweepPlot:
+    """Corrected P50/P95/P99 per configuration of a sweep."""
+
+    labels: Sequence[str]
+    p50_ms: Sequence[float | None]
+    p95_ms: Sequence[float | None]
+    p99_ms: Sequence[float | None]
+
+
+def sweep_figure(spec: SweepPlot) -> Image:
+    """Grouped bars: the three percentiles of each configuration."""
+    with matplotlib.rc_context(_RC):
+        fig = _new_figure(max(6.0, 1.4 * len(spec.labels) + 2), 3.2)
+        ax = fig.subplots()
+        x = list(range(len(spec.labels)))
+        for k, (name, values) in enumerate(
+            (("P50", spec.p50_ms), ("P95", spec.p95_ms), ("P99", spec.p99_ms))
+        ):
+            heights = [float(v) if v is not None else 0.0 for v in values]
+            ax.bar(
+                [i + (k - 1) * 0.27 for i in x], heights, 0.27, label=name, color=SERIES_COLORS[k]
+            )
+        ax.set_xticks(x, list(spec.labels), rotation=15, ha="right", fontsize=7)
+        ax.set_ylabel("corrected latency (ms)")
+        ax.set_title("Latency per configuration")
+        _legend(ax, inside="upper left")
+        return _render(
+            fig, "Corrected P50, P95 and P99 per configuration: " + ", ".join(spec.labels) + "."
+        )
+
+
+PlotSpec = (
+    Timeline | NinesPlot | BatchPhasePlot | AlignedPlot | OverlayPlot | CapacityPlot | SweepPlot
+)
 
 
 def draw(spec: PlotSpec) -> Image:
@@ -705,4 +739,6 @@ def draw(spec: PlotSpec) -> Image:
         return aligned_signal_figure(spec)
     if isinstance(spec, CapacityPlot):
         return capacity_figure(spec)
+    if isinstance(spec, SweepPlot):
+        return sweep_figure(spec)
     return overlay_timeline_figure(spec)
