@@ -290,7 +290,14 @@ def run(args: argparse.Namespace) -> int:
             restored["message"],
             hint=f"load the original configuration by hand: {sweep_dir / 'original-config.json'}",
         )
-    return EXIT_INTERRUPTED if interrupted else 0
+    if interrupted:
+        return EXIT_INTERRUPTED
+    if not any(p["status"] == "measured" for p in data["points"]):
+        raise TargetError(
+            "no configuration could be measured: every point failed to load",
+            hint=f"see the points' errors in {sweep_dir / 'sweep.json'}",
+        )
+    return 0
 
 
 def _settings_of(config: Mapping[str, Any]) -> dict[str, Any]:
