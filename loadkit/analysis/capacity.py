@@ -314,8 +314,21 @@ def capacity_result(
         elif replicas is not None:
             replicas_low = None  # the capacity may be higher than measured: fewer may do
     stopped_by = settings.get("stopped_by")
-    answer = _answer(
-        pct, slo_ms, low, high, limit, generator is not None, replicas, replicas_low, peak, headroom
+    answer = (
+        "No probe finished (the run ended before the first probe was judged)."
+        if not probes
+        else _answer(
+            pct,
+            slo_ms,
+            low,
+            high,
+            limit,
+            generator is not None,
+            replicas,
+            replicas_low,
+            peak,
+            headroom,
+        )
     )
     if stopped_by:
         answer += f" The search was cut short by {stopped_by}."

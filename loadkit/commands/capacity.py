@@ -101,9 +101,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--window",
         type=int,
-        default=2,
+        default=5,
         metavar="S",
-        help="seconds per measure window; 3 windows per probe, more when they disagree (default 2)",
+        help="seconds per measure window (perf_analyzer's default); 3 windows per probe, more "
+        "when they disagree (default 5)",
     )
     parser.add_argument(
         "--set",

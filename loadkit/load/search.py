@@ -47,6 +47,8 @@ GENERATOR_LAG_MS = 100.0  # scheduler lateness that means the generator fell beh
 SERVICE_GROWTH = 1.5  # service time within 1.5 x (+2 ms) its low-load value: the server kept up
 LEAD_S = 1.5  # a rate change is written this long before it takes effect (> 1 / idle rate)
 DRAIN_S = 15.0  # after a failed probe, wait at most this long for the backlog to drain
+BACKLOG_MIN = 3.0  # in-flight growth over a probe below this is noise
+BACKLOG_SHARE = 0.015  # ... and below 1.5 % of the offered rate per second
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class SearchSettings:
     resolution: float = 0.05
     trials: int = 1
     settle_s: int = 2
-    window_s: int = 2
+    window_s: int = 5
     windows: int = STABLE_WINDOWS
     max_windows: int = 6
     ramp_factor: float = 2.0
@@ -168,10 +170,7 @@ def judge(
     probe.goodput_rps = within / seconds if seconds else 0.0
     flights = [v.in_flight for v in views]
     probe.in_flight_start, probe.in_flight_end = (flights[0], flights[-1]) if flights else (0, 0)
-    median = sorted(flights)[len(flights) // 2] if flights else 0
-    probe.in_flight_growing = bool(
-        flights and probe.in_flight_end - probe.in_flight_start > max(5.0, 0.5 * median)
-    )
+    probe.in_flight_growing = backlog_growing(flights, probe.offered_rps)
     per_window = windows_of(views, settings.window_s)
     throughputs = [sum(v.completed for v in w) / settings.window_s for w in per_window]
     latencies = [
@@ -205,6 +204,23 @@ def judge(
     if probe.generator_limited:
         probe.reasons.append("the generator could not send this rate (see generator_reason)")
     return probe
+
+
+def backlog_growing(in_flight: Sequence[int], offered_rps: float) -> bool:
+    """The requests in flight grew over the measurement: the Theil-Sen slope (per 1 s
+    interval) times its length passes 3 requests and 1.5 % of the offered rate's seconds.
+
+    Served at 97-99 % of an offered rate, the backlog grows too slowly for the achieved
+    rate to show it in a short probe; 1.5 % of the rate per second catches it.
+    """
+    n = len(in_flight)
+    if n < 3:
+        return False
+    slopes = sorted(
+        (in_flight[j] - in_flight[i]) / (j - i) for i in range(n) for j in range(i + 1, n)
+    )
+    growth = slopes[len(slopes) // 2] * n
+    return growth > max(BACKLOG_MIN, BACKLOG_SHARE * offered_rps * n)
 
 
 def _count_at_or_below(hist: HdrHistogram, value_us: float) -> int:
@@ -500,6 +516,7 @@ __all__ = [
     "Probe",
     "SearchSettings",
     "SearchStopped",
+    "backlog_growing",
     "generator_limited",
     "judge",
     "stable",

@@ -92,3 +92,15 @@ def test_steered_shape_follows_its_schedule_and_ends_where_it_says(tmp_path: Pat
     assert max(times) < 6.0
     counts = [sum(1 for t in times if i <= t < i + 1) for i in range(6)]
     assert counts == [2, 2, 20, 20, 100, 100]
+
+
+def test_a_slow_backlog_counts_as_growing_and_noise_does_not() -> None:
+    from loadkit.load.search import backlog_growing
+
+    # 25 req/s offered, served at about 24.4: +0.6 requests per second for 15 s
+    slow = [round(1 + 0.6 * i) for i in range(15)]
+    assert backlog_growing(slow, 25.0)
+    assert not backlog_growing([1, 0, 2, 1, 1, 0, 2, 1, 0, 1, 2, 1, 1, 0, 1], 25.0)
+    # at 1,000 req/s a queue of 50 +- 10 is noise, 20 more per second (2 %) is not
+    assert not backlog_growing([50, 60, 42, 55, 48, 58, 45, 52, 61, 44], 1000.0)
+    assert backlog_growing([50 + 20 * i for i in range(10)], 1000.0)
