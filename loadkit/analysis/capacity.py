@@ -148,6 +148,40 @@ def predicted_ceiling(
     )
 
 
+def instance_load(
+    triton: pd.DataFrame | None, model: str | None, start_ns: int, end_ns: int
+) -> dict[str, float] | None:
+    """Triton's own counters over [start_ns, end_ns) (its 1 s rows, not the analysis windows):
+    executions/s, compute per batch, mean batch, queue per request, and compute-busy seconds
+    per second (divide by the instances for their busy share)."""
+    needed = {"t_ns", "interval_ns", "batch_compute_infer_ns_delta", "execution_count_delta"}
+    if triton is None or triton.empty or not needed <= set(triton.columns):
+        return None
+    frame = triton
+    if model is not None and "model" in frame.columns:
+        frame = frame[frame["model"] == model]
+    t = frame["t_ns"].to_numpy(dtype=float)
+    length = frame["interval_ns"].to_numpy(dtype=float)
+    inside = frame[(t >= start_ns) & (t + length <= end_ns + 0.5e9)]
+    seconds = float(inside["interval_ns"].sum()) / 1e9
+    execs = float(inside["execution_count_delta"].sum())
+    if seconds <= 0 or execs <= 0:
+        return None
+    compute_s = float(inside["batch_compute_infer_ns_delta"].sum()) / 1e9
+    out = {
+        "executions_per_s": execs / seconds,
+        "batch_compute_ms": 1000.0 * compute_s / execs,
+        "busy": compute_s / seconds,
+    }
+    if "inference_count_delta" in inside.columns:
+        out["batch_size_mean"] = float(inside["inference_count_delta"].sum()) / execs
+    if {"queue_ns_delta", "queue_count_delta"} <= set(inside.columns):
+        queued = float(inside["queue_count_delta"].sum())
+        if queued:
+            out["queue_ms"] = float(inside["queue_ns_delta"].sum()) / 1e6 / queued
+    return out
+
+
 def _mean(values: np.ndarray | None, idx: np.ndarray) -> float | None:
     if values is None or idx.size == 0:
         return None
@@ -168,6 +202,7 @@ def limited_by(
     max_batch_size: int | None,
     slo_percentile: str,
     slo_ms: float,
+    load: Mapping[str, float] | None = None,
 ) -> LimitedBy:
     """What bound the failing probe: the generator, the model's instances, a resource, or the
     latency SLO itself (the server kept up but its latency did not meet the SLO)."""
@@ -187,11 +222,15 @@ def limited_by(
             + "; add --workers, or run loadkit on a larger machine (not the server's capacity)",
         )
     evidence: list[str] = []
-    if triton is not None:
-        execs = _mean(triton.executions_per_s, idx)
-        batch_ms = _mean(triton.batch_compute_ms, idx)
-        mean_batch = _mean(triton.batch_size_mean, idx)
-        queue_ms = _mean(triton.queue_ms_per_request, idx)
+    if load is not None or triton is not None:
+        if load is not None:
+            execs, batch_ms = load.get("executions_per_s"), load.get("batch_compute_ms")
+            mean_batch, queue_ms = load.get("batch_size_mean"), load.get("queue_ms")
+        else:
+            execs = _mean(triton.executions_per_s, idx)
+            batch_ms = _mean(triton.batch_compute_ms, idx)
+            mean_batch = _mean(triton.batch_size_mean, idx)
+            queue_ms = _mean(triton.queue_ms_per_request, idx)
         n = instances or 1
         if execs is not None and batch_ms is not None:
             busy = execs * batch_ms / 1000.0 / n
@@ -266,6 +305,7 @@ def capacity_result(
     model: str | None,
     instances: int | None,
     max_batch_size: int | None,
+    start_ns: int = 0,
 ) -> CapacityResult:
     """The capacity object of analysis.json (see the module docstring)."""
     pct = str(settings.get("slo_percentile") or "p99")
@@ -282,10 +322,26 @@ def capacity_result(
     if failing is not None:
         centres = window_starts_s + window_s / 2.0  # windows mostly inside the measurement
         idx = np.nonzero((centres >= failing.measure_start_s) & (centres <= failing.end_s))[0]
+        if idx.size == 0:  # a measurement shorter than the analysis window: any overlap
+            idx = np.nonzero(
+                (window_starts_s < failing.end_s)
+                & (window_starts_s + window_s > failing.measure_start_s)
+            )[0]
     else:
         idx = np.array([], dtype=int)
+    load = (
+        instance_load(
+            triton_rows,
+            model,
+            start_ns + round(failing.measure_start_s * 1e9),
+            start_ns + round(failing.end_s * 1e9),
+        )
+        if failing is not None
+        else None
+    )
     limit = limited_by(
         failing,
+        load=load,
         idx=idx,
         triton=triton,
         host=host,
@@ -402,6 +458,7 @@ __all__ = [
     "SCALE_OUT",
     "bracket",
     "capacity_result",
+    "instance_load",
     "predicted_ceiling",
     "probes_from_events",
     "replicas_for",

@@ -678,6 +678,7 @@ def _capacity(aligned: Aligned) -> CapacityResult:
         model=model,
         instances=instance_count(run, model),
         max_batch_size=aligned.max_batch_size,
+        start_ns=aligned.start_ns,
     )
 
 
