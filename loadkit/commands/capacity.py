@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from loadkit.errors import EXIT_INTERRUPTED, LoadkitError, UsageError
@@ -56,14 +57,11 @@ def _share(text: str, flag: str) -> float:
     return value
 
 
-def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--target", required=True, help="server URL: http://host:port (HTTP) or host:port (gRPC)"
-    )
-    parser.add_argument("--model", help="model name (default: the server's only model)")
+def add_search_options(parser: argparse.ArgumentParser, *, slo_required: bool) -> None:
+    """The search's options (`loadkit capacity`, and `loadkit sweep capacity` per point)."""
     parser.add_argument(
         "--slo",
-        required=True,
+        required=slo_required,
         help="the objective, e.g. p99=50ms or p99=50ms,errors=0.1%% (errors default 0.1%%)",
     )
     parser.add_argument("--peak", type=float, metavar="RPS", help="the peak to plan replicas for")
@@ -106,6 +104,14 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="seconds per measure window (perf_analyzer's default); 3 windows per probe, more "
         "when they disagree (default 5)",
     )
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target", required=True, help="server URL: http://host:port (HTTP) or host:port (gRPC)"
+    )
+    parser.add_argument("--model", help="model name (default: the server's only model)")
+    add_search_options(parser, slo_required=True)
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -173,7 +179,14 @@ def settings_from(args: argparse.Namespace) -> Any:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def search_capacity(
+    args: argparse.Namespace,
+    *,
+    out_dir: str | Path,
+    run_id: str | None,
+    extra_manifest: dict[str, Any] | None = None,
+) -> tuple[Path, bool]:
+    """One capacity run (the search inside one LoadRun); (its directory, interrupted)."""
     from loadkit.commands.run import parse_overrides
     from loadkit.load.catalog import scenario_dir
     from loadkit.load.orchestrator import LoadRun, RunOptions, TelemetryOptions
@@ -190,13 +203,13 @@ def run(args: argparse.Namespace) -> int:
     http = args.target.startswith(("http://", "https://"))
     options = RunOptions(
         seed=args.seed,
-        out_dir=args.out,
-        run_id=args.run_id,
+        out_dir=out_dir,
+        run_id=run_id,
         params=params,
         telemetry=TelemetryOptions(
             gpu=args.gpu,
             triton_url=args.target.rstrip("/") if http else None,
-            server_pid=args.server_pid,
+            server_pid=getattr(args, "server_pid", None),
         ),
         extra_manifest={
             "kind": "capacity",
@@ -205,6 +218,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{settings.slo_percentile}_ms": settings.slo_ms,
                 "errors_pct": settings.errors_pct,
             },
+            **(extra_manifest or {}),
         },
         command_line=["loadkit", *sys.argv[1:]],
     )
@@ -230,12 +244,18 @@ def run(args: argparse.Namespace) -> int:
         load.writer.update(capacity=capacity)
         load.wait()
     run_dir = load.run_dir
-    if load.status == "aborted" and failure is None and load.failure is None:
+    interrupted = load.status == "aborted" and failure is None and load.failure is None
+    if failure is not None:
+        raise LoadkitError(f"the capacity search stopped: {failure}", hint=f"see {run_dir}/logs/")
+    return run_dir, interrupted
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir, interrupted = search_capacity(args, out_dir=args.out, run_id=args.run_id)
+    if interrupted:
         print(f"Interrupted; the probes so far are kept in {run_dir}", file=sys.stderr)
         _analyze(run_dir, report=not args.no_report)
         return EXIT_INTERRUPTED
-    if failure is not None:
-        raise LoadkitError(f"the capacity search stopped: {failure}", hint=f"see {run_dir}/logs/")
     analysis = _analyze(run_dir, report=not args.no_report)
     result = analysis.capacity
     if result is not None:

@@ -13,6 +13,8 @@ from typing import Any
 
 from loadkit.errors import EXIT_INTERRUPTED, LoadkitError, TargetError, UsageError
 
+CAPACITY = "capacity"  # SCENARIO capacity: a capacity search at each point
+
 HELP = "run a scenario at each batching configuration (Triton's repository API) and compare"
 
 DESCRIPTION = """\
@@ -30,7 +32,10 @@ useless": batches of 1-2 with a window; "raise max_batch_size": batches
 pinned at it).
 
 NAME is one of max_queue_delay_us, preferred_batch_size, max_batch_size,
-instances; several --vary give every combination.
+instances; several --vary give every combination. SCENARIO `capacity` makes
+each point a capacity search (the options of `loadkit capacity`: --slo,
+--start, --max-rate, ...): the recommendation is then the most capacity
+within the SLO.
 
 The server is left as it was found: the original configuration is loaded
 back at the end, after a point that failed, and on Ctrl-C or SIGTERM. If
@@ -47,6 +52,8 @@ examples:
       --vary max_queue_delay_us=2000,5000,8000 --set rate=50 --duration 30
   loadkit sweep burst_2x --target http://127.0.0.1:8000 \\
       --vary max_queue_delay_us=0,2000 --vary instances=1,2
+  loadkit sweep capacity --target http://127.0.0.1:8000 --slo p99=50ms \\
+      --vary instances=1,2 --start 50 --max-rate 800
   loadkit sweep --from-runs reports/window-2ms reports/window-8ms --run-id window-sweep
   loadkit report reports/<sweep_id>
 """
@@ -93,6 +100,12 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="compare existing runs (one per configuration) instead of running",
     )
     parser.add_argument("--gpu", choices=("auto", "nvml", "sim", "none"), default="auto")
+    from loadkit.commands.capacity import add_search_options
+
+    search = parser.add_argument_group(
+        "SCENARIO capacity: each point is a capacity search (see `loadkit capacity --help`)"
+    )
+    add_search_options(search, slo_required=False)  # type: ignore[arg-type]
 
 
 def parse_vary(items: Sequence[str]) -> list[tuple[str, list[int]]]:
@@ -212,7 +225,16 @@ def run(args: argparse.Namespace) -> int:
     from loadkit.load.catalog import resolve_scenario
     from loadkit.load.orchestrator import check_reachable
 
-    scenario = resolve_scenario(args.scenario)
+    capacity = args.scenario == CAPACITY
+    if capacity:
+        if not args.slo:
+            raise UsageError("loadkit sweep capacity needs --slo", hint="e.g. --slo p99=50ms")
+        from loadkit.commands.capacity import settings_from
+
+        settings_from(args)  # a bad search option fails before the server is touched
+        scenario = Path(CAPACITY)
+    else:
+        scenario = resolve_scenario(args.scenario)
     params = parse_overrides(args.overrides)
     check_reachable(args.target)
     model = args.model or _only_model(args.target)
@@ -262,7 +284,10 @@ def run(args: argparse.Namespace) -> int:
                     data["points"].append(_point(i, settings, None, "failed", error=err.message))
                     _write_sweep(sweep_dir, data)
                     continue
-                run_dir = _measure(args, scenario, params, sweep_dir, i, settings, model)
+                if capacity:
+                    run_dir = _search(args, sweep_dir, i, settings, model)
+                else:
+                    run_dir = _measure(args, scenario, params, sweep_dir, i, settings, model)
                 status = _run_status(run_dir)
                 if status == "aborted-interrupt":
                     data["points"].append(_point(i, settings, run_dir, "interrupted"))
@@ -335,7 +360,7 @@ def _measure(
 ) -> Path:
     from loadkit.load.orchestrator import TelemetryOptions, run_scenario
 
-    run_id = f"{i + 1:02d}-" + "-".join(f"{k}{v}" for k, v in settings.items())
+    run_id = _point_id(i, settings)
     return run_scenario(
         scenario,
         args.target,
@@ -348,6 +373,27 @@ def _measure(
         extra_manifest={"sweep": {"point": i, "settings": dict(settings), "model": model}},
         command_line=["loadkit", *sys.argv[1:]],
     )
+
+
+def _point_id(i: int, settings: Mapping[str, Any]) -> str:
+    return f"{i + 1:02d}-" + "-".join(f"{k}{v}" for k, v in settings.items())
+
+
+def _search(
+    args: argparse.Namespace, sweep_dir: Path, i: int, settings: Mapping[str, Any], model: str
+) -> Path:
+    """A capacity search at this point (`loadkit sweep capacity`)."""
+    from loadkit.commands.capacity import _analyze, search_capacity
+
+    point_args = argparse.Namespace(**{**vars(args), "model": model})
+    run_dir, _ = search_capacity(
+        point_args,
+        out_dir=sweep_dir,
+        run_id=_point_id(i, settings),
+        extra_manifest={"sweep": {"point": i, "settings": dict(settings), "model": model}},
+    )
+    _analyze(run_dir, report=False)
+    return run_dir
 
 
 def _run_status(run_dir: Path) -> str:
