@@ -447,6 +447,12 @@ def _print_points(data: Mapping[str, Any]) -> None:
             print(f"{p['label']}: {p['status']} {p.get('error') or ''}".rstrip())
             continue
         rules = "; ".join(r["rule"] for r in p.get("rules") or [])
+        if n.get("capacity_rps") is not None:
+            print(
+                f"{p['label']}: capacity {n['capacity_rps']:.1f} req/s within the SLO, "
+                f"batch {ms('batch_size_mean')}" + (f" [{rules}]" if rules else "")
+            )
+            continue
         print(
             f"{p['label']}: P50 {ms('p50_ms')} P95 {ms('p95_ms')} P99 {ms('p99_ms')} ms, "
             f"{ms('throughput_rps')} req/s, batch {ms('batch_size_mean')}, "
