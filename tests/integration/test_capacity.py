@@ -190,3 +190,39 @@ def test_bad_input_is_one_line_and_the_documented_exit_code(
     errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1 and says in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_sigint_mid_search_keeps_the_probes_so_far(fixed_compute: Any, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadkit.cli", "capacity", "--target", fixed_compute.http_url]
+        + ["--slo", "p99=1s", "--start", "8", "--settle", "1", "--window", "1", "--gpu", "none"]
+        + ["--set", "candidates=10", "--out", str(tmp_path), "--run-id", "stopped"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # WHEN the first probe has been judged, Ctrl-C
+        deadline = time.monotonic() + 60
+        events = tmp_path / "stopped" / "events.jsonl"
+        while time.monotonic() < deadline:
+            if events.exists() and _probe_phases(tmp_path / "stopped"):
+                break
+            time.sleep(0.3)
+        else:
+            pytest.fail("no probe was judged within 60 s")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # THEN exit 130, the run aborted with its probes analyzed
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    run = load_run(tmp_path / "stopped")
+    assert run.info.status == "aborted"
+    cap = json.loads((tmp_path / "stopped" / "analysis.json").read_text())["capacity"]
+    assert len(cap["probes"]) >= 1 and cap["probes"][0]["passed"]
