@@ -175,3 +175,23 @@ def test_a_server_not_in_explicit_mode_is_one_line_saying_how_to_start_it(
     errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1 and "explicit model-control mode" in errors[0], proc.stderr
     assert "--model-control explicit" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_at_a_higher_rate_batches_grow_with_the_window(explicit: Any, tmp_path: Path) -> None:
+    original = _settings(explicit.http_url)
+    # GIVEN 100 req/s, enough for requests to meet in a 30 ms window
+    proc = subprocess.run(
+        _sweep_argv(explicit.http_url, tmp_path, "batches", "--vary")
+        + ["max_queue_delay_us=0,30000", "--set", "rate=100"]
+        + ["--duration", "8", "--warmup", "3"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    points = json.loads((tmp_path / "batches" / "sweep.json").read_text())["points"]
+    mean = [p["numbers"]["batch_size_mean"] for p in points]
+    # THEN the window forms larger batches (Triton's own batch statistics)
+    assert mean[1] > mean[0] + 1.0, mean
+    assert _settings(explicit.http_url) == original
