@@ -45,6 +45,7 @@ STABLE_WINDOWS = 3
 GENERATOR_CPU_PCT = 90.0  # a Locust process busier than this is the limit itself
 GENERATOR_LAG_MS = 100.0  # scheduler lateness that means the generator fell behind
 SERVICE_GROWTH = 1.5  # service time within 1.5 x (+2 ms) its low-load value: the server kept up
+IDLE_RPS = 1.0  # between probes (the `_steered` scenario's idle_rate): never 0, see Steered
 LEAD_S = 1.5  # a rate change is written this long before it takes effect (> 1 / idle rate)
 DRAIN_S = 15.0  # after a failed probe, wait at most this long for the backlog to drain
 BACKLOG_MIN = 3.0  # in-flight growth over a probe below this is noise
@@ -457,7 +458,7 @@ class CapacitySearch:
     def _drain(self) -> None:
         """After a failed probe: idle until the backlog is served (at most DRAIN_S)."""
         t = math.ceil(self._shape_now_s() + LEAD_S)
-        RateSchedule.append(self.schedule, t, self._idle_rate())
+        RateSchedule.append(self.schedule, t, IDLE_RPS)
         deadline = time.monotonic() + DRAIN_S
         while time.monotonic() < deadline:
             self.reader.poll()
@@ -468,9 +469,6 @@ class CapacitySearch:
                     return
             self._check_alive()
             time.sleep(0.2)
-
-    def _idle_rate(self) -> float:
-        return 1.0
 
     def run(self) -> list[Probe]:
         self.t0_ns = self._load_start_ns()
