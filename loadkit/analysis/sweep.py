@@ -98,7 +98,9 @@ def steady_numbers(run: Run, warmup_s: float = WARMUP_S) -> dict[str, float | No
     if not load.empty and "t_ns" in load.columns:
         steady = load[load["t_ns"] >= cut]
         sending = steady.groupby("t_ns")["offered"].sum()
-        steady = steady[steady["t_ns"].isin(sending[sending > 0].index)]  # not the drain
+        # whole seconds of load: not the drain, nor the part-second the load ended in
+        full = sending[sending >= 0.5 * float(sending[sending > 0].median() or 0.0)]
+        steady = steady[steady["t_ns"].isin(full[full > 0].index)]
         seconds = steady["t_ns"].nunique()
         if seconds:
             rates["throughput_rps"] = float(steady["ok"].sum()) / seconds
