@@ -98,6 +98,19 @@ def test_window_sweep_at_a_low_rate_recommends_the_small_window(
         check=False,
     )
     assert compare.returncode == 0, compare.stderr
+    # ... the same comparison from the runs alone (no repository control needed)
+    from_runs = subprocess.run(
+        [sys.executable, "-m", "loadkit.cli", "sweep", "--from-runs", points[0]["run"]]
+        + [points[2]["run"], "--out", str(tmp_path), "--run-id", "by-hand"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert from_runs.returncode == 0, from_runs.stderr
+    by_hand = json.loads((tmp_path / "by-hand" / "sweep.json").read_text())
+    assert by_hand["recommended"]["settings"] == {"max_queue_delay_us": 1000}
+    assert (tmp_path / "by-hand" / "report.html").exists()
     # ... and the server is left as it was found
     assert sweep["restored"]["ok"] is True
     assert _settings(explicit.http_url) == original
