@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "analyze": "loadkit.commands.analyze",
     "report": "loadkit.commands.report",
     "compare": "loadkit.commands.compare",
+    "capacity": "loadkit.commands.capacity",
+    "sweep": "loadkit.commands.sweep",
 }
 
 EPILOG = """\

@@ -564,6 +564,83 @@ class Interval:
     ground_truth: bool = False  # True for injected faults (events.jsonl)
 
 
+@dataclass(frozen=True)
+class CapacityProbe:
+    """One probe of `loadkit capacity`: its rate, what it measured, and its verdict."""
+
+    index: int
+    rate_rps: float
+    trial: int
+    start_s: float  # seconds since run start
+    measure_start_s: float  # after the settle windows
+    end_s: float
+    offered_rps: float | None
+    achieved_rps: float | None
+    goodput_rps: float | None  # completions within the SLO's latency, per second
+    corrected_ms: float | None  # the SLO's percentile, coordinated-omission corrected
+    p50_ms: float | None
+    service_ms: float | None  # the SLO's percentile from the actual send
+    errors_pct: float | None
+    dropped: int
+    in_flight_growing: bool
+    generator_cpu_pct: float | None  # the busiest Locust process, % of one core
+    windows: int  # measure windows judged (more when they disagreed)
+    stable: bool
+    passed: bool
+    generator_limited: bool
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CapacityPrediction:
+    """A ceiling from Triton's statistics: compute time per batch at the best batch size."""
+
+    batch_size: int
+    compute_ms: float
+    executions: int
+    instances: int
+    rps_per_instance: float
+    rps: float
+    basis: str
+
+
+@dataclass(frozen=True)
+class LimitedBy:
+    """What bound the capacity (`generator`, `model_instances`, `cpu`, `latency`, ...)."""
+
+    resource: str
+    evidence: str
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    """A capacity run's answer (`analysis.json` `capacity`; see analysis/capacity.py)."""
+
+    slo_percentile: str
+    slo_ms: float
+    errors_pct: float
+    found: bool  # a bracket: a passing rate below a failing (or generator-limited) one
+    rate_rps: float | None  # the capacity: the highest rate that passed every trial
+    low_rps: float | None
+    high_rps: float | None  # the lowest rate that failed (or the generator's limit)
+    resolution: float
+    trials: int
+    limited_by: str
+    limited_by_evidence: str
+    generator_limited: bool
+    peak_rps: float | None
+    headroom: float | None
+    replicas: int | None  # ceil(peak / (low x (1 - headroom)))
+    replicas_low: int | None  # the same with the bracket's high end
+    replicas_high: int | None
+    scale_out_assumption: str
+    prediction: CapacityPrediction | None
+    gap_pct: float | None  # measured vs predicted, % of the prediction
+    answer: str
+    stopped_by: str | None
+    probes: tuple[CapacityProbe, ...]
+
+
 # The percentiles whose episodes causes are tested against, the highest first.
 PRIMARY_PERCENTILES = ("p99", "p95", "p50")
 
@@ -598,6 +675,7 @@ class Analysis:
     # The percentile whose episodes the findings explain (pipeline.primary_percentile);
     # None in analysis.json files written before it was recorded.
     primary: str | None = None
+    capacity: CapacityResult | None = None  # runs of kind `capacity` (loadkit capacity)
 
     def to_dict(self) -> dict[str, Any]:
         return typing.cast(dict[str, Any], to_jsonable(self))

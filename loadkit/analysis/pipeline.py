@@ -20,6 +20,7 @@ from loadkit.analysis import production
 from loadkit.analysis.alerts import alerts
 from loadkit.analysis.align import NS, WindowGrid, make_grid
 from loadkit.analysis.breakdown import breakdown, label_episodes
+from loadkit.analysis.capacity import capacity_result, probes_from_events
 from loadkit.analysis.causes import request_errors
 from loadkit.analysis.drift import SoakSignals, soak_drift
 from loadkit.analysis.episodes import baseline_windows_for, find_episodes
@@ -31,6 +32,7 @@ from loadkit.analysis.model import (
     PRIMARY_PERCENTILES,
     SCHEMA_VERSION,
     Analysis,
+    CapacityResult,
     Finding,
     LatencyBreakdown,
     OverallStats,
@@ -698,6 +700,7 @@ def judge(
     stopped = _stopped_sentence(run_info.abort)
     if stopped:
         notes.append(stopped)
+    capacity = _capacity(aligned) if run.info.kind == "capacity" else None
     return Analysis(
         schema_version=SCHEMA_VERSION,
         run=run_info,
@@ -717,7 +720,9 @@ def judge(
         recoveries=tuple(recoveries),
         knee=knee,
         soak=soak,
-        headline=headline(
+        headline=capacity.answer
+        if capacity is not None
+        else headline(
             verdict,
             findings,
             periodic.period_s if periodic else None,
@@ -728,7 +733,42 @@ def judge(
         notes=tuple(notes),
         overview=overview,
         breakdown=attributed.breakdown,
+        capacity=capacity,
     )
+
+
+def _capacity(aligned: Aligned) -> CapacityResult:
+    """A capacity run's answer from its recorded probes and the telemetry of the failing one."""
+    run = aligned.run
+    settings = dict(run.info.capacity or {})
+    model, _, _ = model_config(run)
+    return capacity_result(
+        settings,
+        probes_from_events(run.events, aligned.start_ns),
+        window_starts_s=np.asarray(aligned.grid.starts_s, dtype=float),
+        window_s=aligned.window_s,
+        triton_rows=run.series("triton_stats") if run.has_series("triton_stats") else None,
+        triton=aligned.triton,
+        host=aligned.host,
+        gpu=aligned.gpu,
+        model=model,
+        instances=instance_count(run, model),
+        max_batch_size=aligned.max_batch_size,
+        start_ns=aligned.start_ns,
+    )
+
+
+def instance_count(run: Run, model: str | None) -> int | None:
+    """The model's instances (instance_group counts summed) from the manifest's config."""
+    config = run.info.environment.server.models.get(model) if model else None
+    groups = config.get("instance_group") if isinstance(config, dict) else None
+    if not isinstance(groups, list):
+        return None
+    counts = [g.get("count", 1) for g in groups if isinstance(g, dict)]
+    try:
+        return sum(int(c) for c in counts) or None
+    except (TypeError, ValueError):
+        return None
 
 
 def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:

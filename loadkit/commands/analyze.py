@@ -160,6 +160,9 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
         w("\n")
     if a.knee is not None:
         w(f"saturation knee: {a.knee.reason}\n")
+    if a.capacity is not None:
+        w(f"capacity: {a.capacity.answer}\n")
+        w(f"  limited by {a.capacity.limited_by}: {a.capacity.limited_by_evidence}\n")
     if a.soak is not None:
         w(f"soak: {a.soak.summary}\n")
         for drift in a.soak.findings:

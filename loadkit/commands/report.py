@@ -92,7 +92,27 @@ def write_output(text: str, output: str, what: str) -> None:
     print(resolved.as_uri())
 
 
+def _sweep_report(args: argparse.Namespace) -> int:
+    """A sweep directory (`sweep.json`): the comparison of its configurations."""
+    from loadkit.report import sweep
+
+    if args.format == "json":
+        text = (Path(args.run_dir) / "sweep.json").read_text(encoding="utf-8")
+    elif args.format == "md":
+        text = sweep.render_markdown(args.run_dir)
+    else:
+        text = sweep.render_html(args.run_dir)
+    name = {"html": REPORT_FILE, "md": "report.md", "json": "sweep.json"}[args.format]
+    output = args.output or str(Path(args.run_dir) / name)
+    if args.format == "json" and args.output is None:
+        output = "-"
+    write_output(text, output, f"{args.format.upper()} sweep report")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if (Path(args.run_dir) / "sweep.json").is_file():
+        return _sweep_report(args)
     run_dir = load_run(args.run_dir)
     analysis = load_or_analyze(run_dir, args.reanalyze)
     output = args.output or str(run_dir.path / FORMATS[args.format])

@@ -42,6 +42,7 @@ examples:
   loadkit target --http-port 0 --grpc-port 0 --metrics-port 0   # free ports
   loadkit target --max-queue-delay-us 20000   # a (too) long batching window
   loadkit target --smoke               # one HTTP + one gRPC inference, then exit
+  loadkit target --model-control explicit   # `loadkit sweep` may reload the model
 """
 
 _DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
@@ -82,6 +83,13 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "--sim-gpu-state",
         metavar="FILE",
         help='JSON file {"clock_factor": f} from the simulated GPU; slows compute by 1/f',
+    )
+    model.add_argument(
+        "--model-control",
+        choices=("none", "explicit"),
+        default="none",
+        help="Triton's model control mode; explicit lets `loadkit sweep` load the model with "
+        "other configurations through the repository API (default none)",
     )
     model.add_argument(
         "--extra-model",
@@ -172,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
         extra_models=tuple(args.extra_model),
         metrics_config=tuple(args.metrics_config),
         payload_input=False,
+        model_control=args.model_control,
         **{f"{service}_port": port for service, port in _ports(args).items()},
     )
     # SIGINT and SIGTERM (Ctrl-C, systemd, docker stop, kill -INT of a background

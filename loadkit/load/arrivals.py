@@ -52,11 +52,10 @@ def _unit_marks(spacing: str, seed: int) -> Iterator[float]:
 
 def _invert(shape: Shape, marks: Iterator[float], step_s: float) -> Iterator[float]:
     """Map unit marks through Λ⁻¹ by walking t forward in `step_s` steps."""
-    duration = shape.duration_s
     t = 0.0
     cum = 0.0  # Λ(t)
     mark = next(marks)
-    while t < duration:
+    while t < (duration := shape.end_s()):  # a steered shape's end may come sooner
         t_next = min(t + step_s, duration)
         rate = shape.rate_at((t + t_next) / 2)
         cum_next = cum + rate * (t_next - t)

@@ -215,7 +215,6 @@ class OpenModelDispatcher:
         # load-start / load-end bracket the shape's own phases: t = 0 of the shape in wall time.
         phases = [Phase(0.0, "load-start", {"rate": self.shape.rate_at(0.0)})]
         phases += sorted(self.shape.phases(), key=lambda p: p.t_s)
-        phases.append(Phase(self.shape.duration_s, "load-end", {}))
         times = arrival_times(
             self.shape,
             spacing=self.spacing,
@@ -233,7 +232,9 @@ class OpenModelDispatcher:
             self.recorder.offered(self.request_name, intended_ns, lag_ns)
             self.queue.put(Arrival(target, intended_ns))
         # Keep emitting phases and dropping stale arrivals until the shape ends.
-        self._wait_until(self.t0_mono + self.shape.duration_s, phases)
+        self._wait_until(self.t0_mono + self.shape.end_s(), phases)
+        if not self._stopping:
+            self._emit_phases([Phase(self.shape.end_s(), "load-end", {})], self.shape.end_s())
         while not self._stopping and len(self.queue):
             self._drop_stale(time.monotonic())
             gevent.sleep(_MAX_SLEEP_S)

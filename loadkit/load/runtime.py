@@ -630,14 +630,15 @@ def make_shape_class(scenario: Scenario) -> type[LoadTestShape]:
             users = resolved.users
             spawn_rate = float(max(100, users))  # the pool is up within about a second
             t = self.get_run_time()
-            if t < resolved.duration_s:
+            end_s = resolved.shape.end_s()  # a steered shape may end before its duration
+            if t < end_s:
                 return users, spawn_rate
             grace = float(resolved.params["timeout_s"]) + 1.0
-            if runtime.role == "local" and runtime.is_open and t < resolved.duration_s + grace:
+            if runtime.role == "local" and runtime.is_open and t < end_s + grace:
                 # Let the dispatcher (which started a little after us) hand out its last arrivals.
                 if not runtime.arrivals_finished() or runtime.in_flight() > 0:
                     return users, spawn_rate
-            if runtime.role == "master" and t < resolved.duration_s + _MASTER_GRACE_S:
+            if runtime.role == "master" and t < end_s + _MASTER_GRACE_S:
                 return users, spawn_rate
             runtime.shape_done = True
             return None

@@ -13,7 +13,10 @@ summed over all generator processes.
 from __future__ import annotations
 
 import csv
+import json
 import math
+import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -51,6 +54,10 @@ class Shape(ABC):
         n = max(1, int(math.ceil(self.duration_s / _PEAK_GRID_S)))
         times = [i * _PEAK_GRID_S for i in range(n)] + [p.t_s for p in self.phases()]
         return max((self.rate_at(t) for t in times if 0 <= t < self.duration_s), default=0.0)
+
+    def end_s(self) -> float:
+        """When arrivals stop: `duration_s`, or sooner for a shape steered while it runs."""
+        return self.duration_s
 
     def explicit_arrivals(self) -> Sequence[float] | None:
         """Exact arrival times, for shapes replayed from request timestamps; else None."""
@@ -439,6 +446,123 @@ class Truncated(Shape):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "Truncated", "duration_s": self.duration_s, "inner": self.inner.describe()}
+
+
+class RateSchedule:
+    """A JSON Lines file of rate changes that a controller appends to while the load runs.
+
+    Each line is `{"t_s": T, "rate": R}` (from T seconds after the start, R
+    arrivals/s) or `{"t_s": T, "end": true}` (no arrivals from T: the load ends
+    there). Lines are appended in time order, each with one O_APPEND write, so
+    a reader sees whole lines. The file is re-read at most every 50 ms, when it
+    has grown: `rate_at` runs once per millisecond of schedule time.
+    """
+
+    REREAD_S = 0.05
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path else None
+        self.changes: list[tuple[float, float]] = []  # (t_s, rate), ascending
+        self.end_s: float | None = None
+        self._size = -1
+        self._checked = -math.inf
+
+    @staticmethod
+    def append(path: str | Path, t_s: float, rate: float | None) -> None:
+        """Add one change (`rate` None: the end) from a controller process."""
+        row: dict[str, Any] = {"t_s": round(t_s, 6)}
+        if rate is None:
+            row["end"] = True
+        else:
+            row["rate"] = float(rate)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(row) + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
+
+    def refresh(self) -> None:
+        if self.path is None:
+            return
+        now = time.monotonic()
+        if now - self._checked < self.REREAD_S:
+            return
+        self._checked = now
+        try:
+            size = self.path.stat().st_size
+            if size == self._size:
+                return
+            text = self.path.read_text(encoding="utf-8")
+        except OSError:
+            return
+        changes: list[tuple[float, float]] = []
+        end: float | None = None
+        for line in text.split("\n")[:-1]:  # complete lines only
+            try:
+                row = json.loads(line)
+                t = float(row["t_s"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if row.get("end"):
+                end = t if end is None else min(end, t)
+            elif isinstance(row.get("rate"), int | float):
+                changes.append((t, max(0.0, float(row["rate"]))))
+        changes.sort(key=lambda c: c[0])
+        self.changes, self.end_s, self._size = changes, end, size
+
+
+@dataclass(frozen=True)
+class Steered(Shape):
+    """A rate a controller sets while the load runs (`loadkit capacity`'s probes).
+
+    The rate comes from a `RateSchedule` file; before its first change the
+    rate is `idle_rate`. The idle rate is never 0: arrival times are computed
+    one arrival ahead, so the controller's change must be written at least one
+    gap (1 / rate) before it takes effect. The load lasts until the schedule's
+    end, at most `duration_s`; the user pool is sized for `max_rate`.
+    """
+
+    schedule_path: str
+    max_rate: float
+    duration_s: float  # the bound; the schedule's end may come sooner
+    idle_rate: float = 1.0
+    _schedule: RateSchedule = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        _check(self.max_rate > 0, f"steered: max_rate must be > 0, got {self.max_rate}")
+        _check(self.idle_rate > 0, "steered: idle_rate must be > 0 arrivals/s")
+        _check(self.duration_s > 0, f"duration must be > 0 s, got {self.duration_s}")
+        object.__setattr__(self, "_schedule", RateSchedule(self.schedule_path or None))
+
+    def end_s(self) -> float:
+        self._schedule.refresh()
+        end = self._schedule.end_s
+        return self.duration_s if end is None else min(end, self.duration_s)
+
+    def rate_at(self, t_s: float) -> float:
+        schedule = self._schedule
+        schedule.refresh()
+        if not 0.0 <= t_s < self.duration_s or (
+            schedule.end_s is not None and t_s >= schedule.end_s
+        ):
+            return 0.0
+        rate = self.idle_rate
+        for t, r in schedule.changes:
+            if t > t_s:
+                break
+            rate = r
+        return min(rate, self.max_rate)
+
+    def peak_rate(self) -> float:
+        return self.max_rate
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": "Steered",
+            "max_rate": self.max_rate,
+            "duration_s": self.duration_s,
+            "idle_rate": self.idle_rate,
+        }
 
 
 def integral(shape: Shape, t0: float, t1: float, step_s: float = 0.001) -> float:

@@ -30,6 +30,7 @@ from loadkit.report import formatting as fmt
 from loadkit.report.plots import (
     AlignedPlot,
     BatchPhasePlot,
+    CapacityPlot,
     Distribution,
     NinesPlot,
     Span,
@@ -80,6 +81,7 @@ def build_context(run: Run, analysis: Analysis) -> dict[str, Any]:
         "periodicity": [_periodicity(p) for p in analysis.periodicity],
         "recoveries": _recoveries(analysis),
         "knee": _knee(analysis),
+        "capacity": _capacity(analysis),
         "soak": _soak(analysis),
         "metadata": _metadata(run, analysis),
         "model_configs": _model_configs(run),
@@ -398,6 +400,63 @@ def _recoveries(analysis: Analysis) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _capacity(analysis: Analysis) -> dict[str, Any] | None:
+    c = analysis.capacity
+    if c is None:
+        return None
+    p = c.prediction
+    return {
+        "answer": c.answer,
+        "rate": fmt.rate(c.rate_rps),
+        "low": fmt.rate(c.low_rps),
+        "high": fmt.rate(c.high_rps),
+        "limited_by": c.limited_by,
+        "evidence": c.limited_by_evidence,
+        "generator_limited": c.generator_limited,
+        "replicas": c.replicas,
+        "replicas_low": c.replicas_low,
+        "peak": fmt.rate(c.peak_rps),
+        "headroom": fmt.pct(None if c.headroom is None else 100.0 * c.headroom),
+        "assumption": c.scale_out_assumption,
+        "predicted": fmt.rate(p.rps) if p is not None else None,
+        "prediction_basis": p.basis if p is not None else None,
+        "gap": fmt.pct(c.gap_pct) if c.gap_pct is not None else None,
+        "percentile": c.slo_percentile.upper(),
+        "probes": [
+            {
+                "n": pr.index + 1,
+                "rate": fmt.rate(pr.rate_rps),
+                "trial": pr.trial,
+                "achieved": fmt.rate(pr.achieved_rps),
+                "goodput": fmt.rate(pr.goodput_rps),
+                "latency": fmt.ms(pr.corrected_ms),
+                "errors": fmt.pct(pr.errors_pct),
+                "dropped": pr.dropped,
+                "windows": pr.windows,
+                "stable": pr.stable,
+                "passed": pr.passed,
+                "why": "; ".join(pr.reasons) or "within the SLO",
+            }
+            for pr in c.probes
+        ],
+    }
+
+
+def _capacity_figure(analysis: Analysis) -> CapacityPlot | None:
+    c = analysis.capacity
+    if c is None or not c.probes:
+        return None
+    return CapacityPlot(
+        rates=[p.rate_rps for p in c.probes],
+        latency_ms=[p.corrected_ms for p in c.probes],
+        goodput_rps=[p.goodput_rps for p in c.probes],
+        passed=[p.passed for p in c.probes],
+        slo_ms=c.slo_ms,
+        percentile=c.slo_percentile.upper(),
+        capacity_rps=c.rate_rps,
+    )
 
 
 def _knee(analysis: Analysis) -> dict[str, Any] | None:
@@ -758,4 +817,5 @@ def _figures(analysis: Analysis) -> dict[str, Any]:
             slo_p99_ms=slo_threshold(analysis, "p99"),
         ),
         "batch_phases": _batch_phases(analysis),
+        "capacity": _capacity_figure(analysis),
     }

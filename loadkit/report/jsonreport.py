@@ -158,6 +158,16 @@ def build_document(run: Run, analysis: Analysis, html_path: str | None = None) -
             "offered_rps": a.knee.knee_offered_rps,
             "achieved_rps": a.knee.knee_achieved_rps,
         },
+        "capacity": None
+        if a.capacity is None
+        else {
+            "rate_rps": a.capacity.rate_rps,
+            "low_rps": a.capacity.low_rps,
+            "high_rps": a.capacity.high_rps,
+            "limited_by": a.capacity.limited_by,
+            "replicas": a.capacity.replicas,
+            "answer": a.capacity.answer,
+        },
         "html_report": html_path,
     }
 

@@ -84,6 +84,30 @@ def render_context(ctx: dict[str, Any], html_url: str | None = None) -> str:
                 lines.append(f"- {md_escape(e['kind'])}: the server said {md_escape(message)}")
         if any(e["messages"] for e in ctx["error_kinds"]):
             lines.append("")
+    capacity = ctx.get("capacity")
+    if capacity:
+        lines.append("### Capacity")
+        lines.append("")
+        lines.append(f"**{md_escape(capacity['answer'])}**")
+        lines.append("")
+        lines.append(
+            f"Limited by {md_escape(capacity['limited_by'])}: {md_escape(capacity['evidence'])}"
+        )
+        if capacity["predicted"]:
+            lines.append("")
+            lines.append(
+                f"Predicted from the server's statistics: {capacity['predicted']}"
+                + (f" (measured differs by {capacity['gap']})" if capacity["gap"] else "")
+            )
+        lines.append("")
+        lines.append(f"| rate | achieved | goodput | corrected {capacity['percentile']} | passed |")
+        lines.append("|---|---|---|---|---|")
+        for p in capacity["probes"]:
+            lines.append(
+                f"| {p['rate']} | {p['achieved']} | {p['goodput']} | {p['latency']} | "
+                f"{'yes' if p['passed'] else 'no'} |"
+            )
+        lines.append("")
     if ctx["story"]:
         # One paragraph that starts with our own words: no outside text begins a line.
         lines.append("**What happened:** " + " ".join(md_escape(s) for s in ctx["story"]))

@@ -627,7 +627,104 @@ def overlay_timeline_figure(spec: OverlayPlot) -> Image:
         return _render(fig, f"{title}, runs overlaid: {', '.join(series)}.")
 
 
-PlotSpec = Timeline | NinesPlot | BatchPhasePlot | AlignedPlot | OverlayPlot
+# --- capacity search ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CapacityPlot:
+    """Per probe: offered rate, corrected latency at the SLO's percentile, goodput, verdict."""
+
+    rates: Sequence[float]
+    latency_ms: Sequence[float | None]
+    goodput_rps: Sequence[float | None]
+    passed: Sequence[bool]
+    slo_ms: float
+    percentile: str
+    capacity_rps: float | None
+
+
+def capacity_figure(spec: CapacityPlot) -> Image:
+    """Rate against corrected latency (SLO line, pass/fail markers) and goodput per probe."""
+    with matplotlib.rc_context(_RC):
+        fig = _new_figure(9.0, 3.2)
+        ax, gx = fig.subplots(1, 2)
+        for ok, marker, color, label in (
+            (True, "o", GREEN, "passed"),
+            (False, "x", VERMILLION, "failed"),
+        ):
+            pts = [
+                (r, float(v))
+                for r, v, p in zip(spec.rates, spec.latency_ms, spec.passed, strict=True)
+                if p is ok and v is not None and math.isfinite(float(v)) and float(v) > 0
+            ]
+            if pts:
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker, color=color, label=label)
+        ax.axhline(spec.slo_ms, color=BLACK, ls="--", lw=1, label=f"SLO {spec.percentile}")
+        if spec.capacity_rps is not None:
+            ax.axvline(spec.capacity_rps, color=GREY, ls=":", lw=1, label="capacity")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(_plain_number))
+        ax.set_xlabel("offered rate (req/s)")
+        ax.set_ylabel(f"corrected {spec.percentile} (ms, log)")
+        ax.set_title("Latency per probe")
+        _legend(ax, inside="upper left")
+        order = sorted(range(len(spec.rates)), key=lambda i: spec.rates[i])
+        gx.plot(
+            [spec.rates[i] for i in order],
+            [spec.goodput_rps[i] if spec.goodput_rps[i] is not None else math.nan for i in order],
+            "o-",
+            color=SERIES_COLORS[0],
+            ms=3,
+            label="goodput (within the SLO's latency)",
+        )
+        top = max(spec.rates, default=1.0)
+        gx.plot([0, top], [0, top], ls=":", color=GREY, lw=1, label="offered")
+        gx.set_xlabel("offered rate (req/s)")
+        gx.set_ylabel("req/s")
+        gx.set_title("Goodput per probe")
+        _legend(gx, inside="upper left")
+        return _render(
+            fig,
+            f"Capacity search: corrected {spec.percentile} and goodput for "
+            f"{len(spec.rates)} probes; SLO {spec.slo_ms:g} ms.",
+        )
+
+
+@dataclass(frozen=True)
+class SweepPlot:
+    """Corrected P50/P95/P99 per configuration of a sweep."""
+
+    labels: Sequence[str]
+    p50_ms: Sequence[float | None]
+    p95_ms: Sequence[float | None]
+    p99_ms: Sequence[float | None]
+
+
+def sweep_figure(spec: SweepPlot) -> Image:
+    """Grouped bars: the three percentiles of each configuration."""
+    with matplotlib.rc_context(_RC):
+        fig = _new_figure(max(6.0, 1.4 * len(spec.labels) + 2), 3.2)
+        ax = fig.subplots()
+        x = list(range(len(spec.labels)))
+        for k, (name, values) in enumerate(
+            (("P50", spec.p50_ms), ("P95", spec.p95_ms), ("P99", spec.p99_ms))
+        ):
+            heights = [float(v) if v is not None else 0.0 for v in values]
+            ax.bar(
+                [i + (k - 1) * 0.27 for i in x], heights, 0.27, label=name, color=SERIES_COLORS[k]
+            )
+        ax.set_xticks(x, list(spec.labels), rotation=15, ha="right", fontsize=7)
+        ax.set_ylabel("corrected latency (ms)")
+        ax.set_title("Latency per configuration")
+        _legend(ax, inside="upper left")
+        return _render(
+            fig, "Corrected P50, P95 and P99 per configuration: " + ", ".join(spec.labels) + "."
+        )
+
+
+PlotSpec = (
+    Timeline | NinesPlot | BatchPhasePlot | AlignedPlot | OverlayPlot | CapacityPlot | SweepPlot
+)
 
 
 def draw(spec: PlotSpec) -> Image:
@@ -640,4 +737,8 @@ def draw(spec: PlotSpec) -> Image:
         return batch_phase_figure(spec)
     if isinstance(spec, AlignedPlot):
         return aligned_signal_figure(spec)
+    if isinstance(spec, CapacityPlot):
+        return capacity_figure(spec)
+    if isinstance(spec, SweepPlot):
+        return sweep_figure(spec)
     return overlay_timeline_figure(spec)

@@ -525,6 +525,8 @@ class Manifest:
     demo: dict[str, Any] | None = None  # loadkit demo's cooling-fault schedule
     # `loadkit import --prometheus`: the server, window, step and each series' source.
     production: dict[str, Any] | None = None
+    capacity: dict[str, Any] | None = None  # loadkit capacity's search settings
+    sweep: dict[str, Any] | None = None  # loadkit sweep: this point's server configuration
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Manifest:
@@ -553,6 +555,8 @@ class Manifest:
             metrics_endpoint=_str(raw.get("metrics_endpoint")),
             demo=dict(demo) if isinstance(demo := raw.get("demo"), Mapping) else None,
             production=dict(p) if isinstance(p := raw.get("production"), Mapping) else None,
+            capacity=dict(c) if isinstance(c := raw.get("capacity"), Mapping) else None,
+            sweep=dict(sw) if isinstance(sw := raw.get("sweep"), Mapping) else None,
         )
 
     @property

@@ -29,11 +29,13 @@ from typing import IO, Any
 import psutil
 
 from loadkit import lifeline
-from loadkit.errors import TargetError
+from loadkit.errors import TargetError, UsageError
 from loadkit.target import diagnose
 from loadkit.target.config import MODEL_NAME, ModelSettings, write_repository
 from loadkit.target.ports import HOST, choose_ports
 from loadkit.target.runtime import find_runtime, make_backend_dir, server_environment
+
+MODEL_CONTROL_MODES = ("none", "explicit")
 
 _POLL_S = 0.05
 # No proxy for loopback calls, whatever the environment says.
@@ -98,6 +100,7 @@ class EmbeddedTriton:
         metrics_config: tuple[str, ...] = (),
         payload_input: bool = False,
         extra_models_queue_delay_us: int | None = None,
+        model_control: str = "none",
     ) -> None:
         self.settings = ModelSettings(
             max_batch_size=max_batch_size,
@@ -130,6 +133,13 @@ class EmbeddedTriton:
         # exposes latency quantiles (nv_inference_request_summary_us) a Prometheus
         # server can scrape (docs/oncall.md).
         self.metrics_config = tuple(metrics_config)
+        if model_control not in MODEL_CONTROL_MODES:
+            raise UsageError(
+                f"model control mode {model_control!r} is not one of "
+                + ", ".join(MODEL_CONTROL_MODES)
+            )
+        # explicit: the repository API may load a model with another config (`loadkit sweep`)
+        self.model_control = model_control
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -235,7 +245,12 @@ class EmbeddedTriton:
             str(binary),
             f"--model-repository={repository}",
             f"--backend-directory={backends}",
-            "--model-control-mode=none",
+            f"--model-control-mode={self.model_control}",
+            *(
+                [f"--load-model={name}" for name in self.model_names]
+                if self.model_control == "explicit"
+                else []
+            ),
             "--strict-readiness=true",
             "--exit-on-error=true",
             "--disable-auto-complete-config",  # our config is complete; saves a stub launch

@@ -13,7 +13,7 @@ from loadkit.report.markdown import md_escape, md_url
 # The documented, stable keys (docs/reports.md): only ever added to.
 JSON_TOP_KEYS = {
     "report_schema", "generator", "run", "verdict", "headline", "numbers", "findings",
-    "episodes", "periodicity", "recoveries", "alerts", "knee", "html_report",
+    "episodes", "periodicity", "recoveries", "alerts", "knee", "capacity", "html_report",
 }  # fmt: skip
 JSON_NUMBER_KEYS = {
     "duration_s", "offered_rps", "achieved_rps", "requests_offered", "requests_completed",
