@@ -62,7 +62,7 @@ from loadkit.analysis.percentiles import (
 )
 from loadkit.analysis.periodicity import detect_periodicity, run_period
 from loadkit.analysis.recovery import BurstPhase, burst_recovery, rolling_p99
-from loadkit.analysis.slo import resolve_slo, slo_verdict
+from loadkit.analysis.slo import resolve_slo, slo_verdict, step_verdict
 from loadkit.analysis.telemetry import (
     GpuSeries,
     HostSeries,
@@ -640,6 +640,10 @@ def judge(
         overall = production.with_server_totals(overall, run, grid)
     thresholds, source = resolve_slo(slo, run.info.slo)
     verdict = slo_verdict(thresholds, source, overall)
+    if production.is_production(run):  # per-step quantiles: judged step by step
+        lat = aligned.windows.corrected
+        steps = {"p50": lat.p50_ms, "p95": lat.p95_ms, "p99": lat.p99_ms, "p999": lat.p999_ms}
+        verdict = step_verdict(thresholds, source, overall, steps, window_s)
     alert_list = alerts(
         grid.starts_ns,
         window_s,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from loadkit.analysis.model import OverallStats, SloVerdict, Verdict
@@ -77,6 +78,40 @@ def slo_verdict(thresholds: Mapping[str, float], source: str, overall: OverallSt
             detail = "whole run, coordinated-omission corrected"
         passed = None if observed is None else observed <= threshold
         checks.append(SloVerdict(name, threshold, unit, observed, passed, detail))
+    return _verdict(checks, source)
+
+
+def step_verdict(
+    thresholds: Mapping[str, float],
+    source: str,
+    overall: OverallStats,
+    steps: Mapping[str, Sequence[float | None]],
+    step_s: float,
+) -> Verdict:
+    """A production window's verdict: each latency threshold against every step's value.
+
+    Per-step quantiles from an exporter (a summary, histogram_quantile) cannot be
+    merged into a whole-window percentile, so a latency objective is judged where it
+    was measured: it fails in any step whose value is above it, and the worst step
+    and the share of steps over are said. Errors are judged on the window's totals.
+    """
+    whole = slo_verdict(thresholds, source, overall)
+    checks: list[SloVerdict] = []
+    for c in whole.slos:
+        values = [v for v in steps.get(c.name, ()) if v is not None]
+        if c.unit != "ms" or c.observed is not None or not values:
+            checks.append(c)
+            continue
+        over = sum(v > c.threshold for v in values)
+        detail = (
+            f"worst {step_s:g} s step of the production window; above the threshold in "
+            f"{over}/{len(values)} steps"
+        )
+        checks.append(replace(c, observed=max(values), passed=over == 0, detail=detail))
+    return _verdict(checks, source)
+
+
+def _verdict(checks: list[SloVerdict], source: str) -> Verdict:
     failed = [c for c in checks if c.passed is False]
     unknown = [c for c in checks if c.passed is None]
     passed = not failed and not unknown
@@ -98,4 +133,11 @@ def slo_verdict(thresholds: Mapping[str, float], source: str, overall: OverallSt
     return Verdict(passed, tuple(checks), source, summary)
 
 
-__all__ = ["DEFAULT_SLO", "PERCENTILE_KEYS", "parse_slo", "resolve_slo", "slo_verdict"]
+__all__ = [
+    "DEFAULT_SLO",
+    "PERCENTILE_KEYS",
+    "parse_slo",
+    "resolve_slo",
+    "slo_verdict",
+    "step_verdict",
+]

@@ -322,6 +322,13 @@ def test_summaries_are_preferred_to_the_mean(fake: Any, tmp_path: Path) -> None:
     rows = run.series("production_latency")
     assert rows["p99_ms"].dropna().eq(9.0).all()
     assert "mean_ms" in rows.columns  # beside the quantiles, under its own name
+    # The SLO is judged step by step (per-step quantiles make no whole-window P99)
+    verdict = analyze_run(run, slo={"p99_ms": 8.0}).verdict
+    (p99,) = [c for c in verdict.slos if c.name == "p99"]
+    assert p99.observed == 9.0 and p99.passed is False
+    assert "above the threshold in" in p99.detail and "steps" in p99.detail
+    assert verdict.summary.startswith("FAIL: p99 9ms > 8ms")
+    assert analyze_run(run, slo={"p99_ms": 50.0}).verdict.passed
 
 
 def test_bad_input_is_exit_2(fake: Any, tmp_path: Path) -> None:
