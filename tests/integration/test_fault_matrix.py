@@ -300,12 +300,16 @@ def test_analyze_interrupted_keeps_the_previous_analysis(tmp_path: Path) -> None
     run_dir = write_run(RunSpec(duration_s=1200, rate_rps=150), tmp_path)
     previous = run_dir / "analysis.json"
     previous.write_text('{"previous": true}\n')
-    # WHEN `loadkit analyze` gets SIGINT (Ctrl-C) while it reads the run
+    # WHEN `loadkit analyze` gets SIGINT (Ctrl-C) while it reads the run. As from a
+    # terminal: SIGINT at its default (a test suite started in the background by a
+    # non-interactive shell, as CI may be, inherits SIGINT ignored, and Python then
+    # never turns it into KeyboardInterrupt: the analysis ran to the end, exit 0)
     proc = subprocess.Popen(
         [sys.executable, "-m", "loadkit.cli", "analyze", str(run_dir)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while proc.poll() is None and time.monotonic() < deadline:

@@ -9,6 +9,7 @@ delay tripled (a neighbour at the server's own priority gets its fair share).
 """
 
 import numpy as np
+import pytest
 
 from loadkit.analysis import attribution
 from loadkit.analysis.model import Finding
@@ -165,3 +166,50 @@ def test_a_slower_model_is_not_data_movement(analyze_spec):
     )
     assert "data_movement" not in [f.cause for f in a.findings], _order(a)
     assert a.findings and a.findings[0].cause == "unexplained_compute_slowdown", _order(a)
+
+
+def test_compute_growth_under_throttling_is_judged_against_full_clock_windows():
+    from loadkit.analysis.causes import gpu_clock_thermal
+    from loadkit.analysis.telemetry import GpuSeries
+    from tests.unit.analysis.test_causes import _signals, _triton
+
+    # GIVEN compute per batch = 10 ms + 0.5 ms per request at full clock, x1.8 throttled.
+    # The baseline holds only calm windows at batch 1.5-1.9 whose noise fits a slope of
+    # ~4 ms per request; full-clock burst windows run batches of 5, throttled ones of 9.
+    n = 30
+    sig = _signals(n)
+    batch = np.full(n, 1.7)
+    batch[:6] = [1.5, 1.6, 1.7, 1.8, 1.9, 1.55]
+    batch[10:20] = 5.0  # a burst at full clock
+    batch[22:28] = 9.0  # throttled
+    clock = np.ones(n)
+    clock[22:28] = 0.55
+    compute = (10.0 + 0.5 * batch) / clock
+    compute[:6] = [9.6, 10.0, 10.4, 10.8, 11.2, 9.8]  # noisy calm windows: a steep slope
+    sig.triton = _triton(n)
+    sig.triton.batch_size_req_weighted = batch
+    sig.triton.batch_size_mean = batch
+    sig.triton.batch_compute_ms = compute
+    full = np.full(n, 1980.0)
+    sig.gpu = GpuSeries(
+        sm_clock_mhz=full * clock,
+        sm_clock_max_mhz=full,
+        clock_ratio_busy=clock,
+        temp_c=np.where(clock < 1, 92.0, 70.0),
+        power_w=np.full(n, 300.0),
+        power_limit_w=np.full(n, 700.0),
+        util_pct=np.full(n, 90.0),
+        mem_used_bytes=np.full(n, 1e9),
+        mem_total_bytes=8e10,
+        thermal_reason=(clock < 1).astype(float),
+        power_reason=np.zeros(n),
+        has_reasons=True,
+    )
+    baseline = np.zeros(n, dtype=bool)
+    baseline[:6] = True
+    s = gpu_clock_thermal.signature(sig, baseline)
+    assert s.evidence is not None
+    ev = {e.name: e.value for e in s.evidence(clock < 1, baseline)}
+    # THEN compute per batch grew about as the clock predicts (x1.8), not the x1.2 that
+    # the calm windows' slope extrapolated to batch 9 gives
+    assert ev["compute_inflation_observed"] == pytest.approx(1.0 / 0.55, rel=0.1), ev
