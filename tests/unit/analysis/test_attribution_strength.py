@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from loadkit.analysis import attribution
-from loadkit.analysis.model import Finding
 from loadkit.testing.synthetic import FaultWindow, RunSpec
+from tests.unit.analysis.test_attribution import _finding
 
 W = FaultWindow
 
@@ -77,25 +77,6 @@ def test_the_residual_never_says_no_change_in_a_signal_that_moved(analyze_spec):
         if f.cause.startswith("unexplained_") and "no change in" in f.summary:
             unchanged = f.summary.split("no change in", 1)[1].split(";")[0]
             assert "cgroup" not in unchanged and "CPU" not in unchanged, f.summary
-
-
-def _finding(cause: str, confidence: str, episodes: tuple[str, ...]) -> Finding:
-    return Finding(
-        cause=cause,
-        title=cause,
-        confidence=confidence,
-        episodes=episodes,
-        episodes_total=4,
-        coincidence=len(episodes) / 4,
-        baseline_rate=0.1,
-        lift=None,
-        p_value=0.01,
-        cliffs_delta=0.5,
-        lag_s=0.0,
-        evidence=(),
-        summary="",
-        action="",
-    )
 
 
 def test_rank_findings_puts_the_residual_after_a_cause_of_the_same_episodes():
