@@ -240,7 +240,15 @@ def generator_limited(
     server's service time stayed at its low-load value."""
     if probe.generator_cpu_pct is not None and probe.generator_cpu_pct >= GENERATOR_CPU_PCT:
         return True
-    sending = probe.dropped > 0 or probe.lag_max_ms >= GENERATOR_LAG_MS
+    # Sent late: dropped arrivals, a late scheduler, or requests that waited for a free
+    # user (corrected minus service P50: with one user busy for 20 ms, arrivals queue in
+    # the generator and nothing drops or reaches the scheduler's lag).
+    waited = (
+        probe.p50_ms is not None
+        and probe.service_p50_ms is not None
+        and probe.p50_ms - probe.service_p50_ms >= GENERATOR_LAG_MS
+    )
+    sending = probe.dropped > 0 or probe.lag_max_ms >= GENERATOR_LAG_MS or waited
     if not sending or baseline_service_p50_ms is None or probe.service_p50_ms is None:
         return False
     kept_up = probe.service_p50_ms <= SERVICE_GROWTH * baseline_service_p50_ms + 2.0

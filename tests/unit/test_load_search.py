@@ -104,3 +104,19 @@ def test_a_slow_backlog_counts_as_growing_and_noise_does_not() -> None:
     # at 1,000 req/s a queue of 50 +- 10 is noise, 20 more per second (2 %) is not
     assert not backlog_growing([50, 60, 42, 55, 48, 58, 45, 52, 61, 44], 1000.0)
     assert backlog_growing([50 + 20 * i for i in range(10)], 1000.0)
+
+
+def test_requests_that_waited_for_a_free_user_are_the_generators_limit() -> None:
+    from loadkit.load.search import Probe, generator_limited
+
+    # GIVEN one user busy 20 ms per request at 50 req/s: nothing dropped, the scheduler
+    # on time, but arrivals waited for the user (corrected P50 312 ms) while the server
+    # answered as at low load (service P50 22 ms, P99 24 ms)
+    probe = Probe(index=4, rate_rps=52.5, trial=1, start_ns=0, measure_start_ns=0)
+    probe.p50_ms, probe.service_p50_ms, probe.service_ms = 312.0, 22.0, 24.0
+    probe.corrected_ms, probe.lag_max_ms, probe.dropped = 461.0, 3.0, 0
+    settings = _settings(slo_ms=500.0)
+    assert generator_limited(probe, settings, baseline_service_p50_ms=22.5)
+    # ... and not when the server itself slowed (a saturated server, a small pool)
+    probe.service_p50_ms = 180.0
+    assert not generator_limited(probe, settings, baseline_service_p50_ms=22.5)
