@@ -261,14 +261,18 @@ def test_a_worker_partitioned_from_its_master_is_reported_and_the_run_completes(
     assert "Traceback" not in output, output
     manifest = json.loads((cluster.run_dir / "manifest.json").read_text())
     assert manifest["status"] == "complete"
+    # (the master names workers in the order they connect, not the order they started:
+    # the frozen process may be worker-0 or worker-1)
     lost = manifest["distributed"]["lost"]
-    assert [w["worker"] for w in lost] == ["worker-1"], manifest["distributed"]
+    assert len(lost) == 1, manifest["distributed"]
+    name = lost[0]["worker"]
     assert lost[0]["last_interval_end_ns"] <= frozen_ns + 1_000_000_000
-    assert "lost worker-1 at" in output
+    assert f"lost {name} at" in output
     # ... and the other worker's data is whole
+    (other,) = {"worker-0", "worker-1"} - {name}
     rows = [
         json.loads(line)
-        for line in (cluster.run_dir / "load" / "worker-0.jsonl").read_text().splitlines()
+        for line in (cluster.run_dir / "load" / f"{other}.jsonl").read_text().splitlines()
     ]
     assert sum(r["offered"] for r in rows) == RATE * duration / 2
     assert sum(r["ok"] for r in rows) == RATE * duration / 2
