@@ -50,6 +50,17 @@ def _phase_ns(run_dir: Path, name: str) -> int | None:
     return None
 
 
+def _sleep_until_into_the_load(run_dir: Path, proc: subprocess.Popen[str], seconds: float) -> None:
+    """Wait for the run's `load-start` phase, then until `seconds` after it."""
+    deadline = time.monotonic() + 60
+    load_start = None
+    while load_start is None and time.monotonic() < deadline and proc.poll() is None:
+        load_start = _phase_ns(run_dir, "load-start")
+        time.sleep(0.05)
+    assert load_start is not None, "the load never started"
+    time.sleep(max(0.0, (load_start + seconds * SECOND - time.time_ns()) / 1e9))
+
+
 def _no_traceback(*texts: str) -> None:
     for text in texts:
         assert "Traceback" not in text, text[-3000:]
@@ -84,14 +95,8 @@ def test_target_sigkilled_mid_run_is_an_outage_exit_3_and_named_with_its_start(
         run_dir = tmp_path / "killed"
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            deadline = time.monotonic() + 60
-            load_start = None
-            while load_start is None and time.monotonic() < deadline and proc.poll() is None:
-                load_start = _phase_ns(run_dir, "load-start")
-                time.sleep(0.05)
-            assert load_start is not None, "the load never started"
             # WHEN the server is SIGKILLed 6 s into the load
-            time.sleep(max(0.0, (load_start + 6 * SECOND - time.time_ns()) / 1e9))
+            _sleep_until_into_the_load(run_dir, proc, 6)
             os.kill(triton.pid, signal.SIGKILL)
             killed_ns = time.time_ns()
             out, err = proc.communicate(timeout=90)
@@ -230,13 +235,7 @@ def test_target_restarted_mid_run_came_back_and_its_counters_reset(tmp_path: Pat
     run_dir = tmp_path / "restarted"
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        load_start = None
-        while load_start is None and time.monotonic() < deadline and proc.poll() is None:
-            load_start = _phase_ns(run_dir, "load-start")
-            time.sleep(0.05)
-        assert load_start is not None, "the load never started"
-        time.sleep(max(0.0, (load_start + 5 * SECOND - time.time_ns()) / 1e9))
+        _sleep_until_into_the_load(run_dir, proc, 5)
         os.kill(first.pid, signal.SIGKILL)
         first.stop()
         time.sleep(2.0)  # the restart takes a while, as a real one does (the outage's length)
