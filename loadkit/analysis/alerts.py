@@ -1,17 +1,16 @@
-"""Alerts: P99 above a ceiling, the GPU idle under load, the GPU hot or in its throttling range."""
+"""Alerts: P99 above a ceiling, the GPU idle under load, the GPU hot or at its slowdown temperature."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from loadkit.analysis import gpu_limits
 from loadkit.analysis.episodes import hot_runs
 from loadkit.analysis.model import Alert
 
 P99_ALERT_MS = 80.0
 GPU_IDLE_PCT = 20.0
 GPU_IDLE_SUSTAINED_S = 30.0
-TEMP_WARN_C = 85.0
-TEMP_CRITICAL_C = 90.0
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
@@ -55,8 +54,10 @@ def alerts(
     gpu_util_pct: np.ndarray | None,
     gpu_temp_c: np.ndarray | None,
     offered_rps: np.ndarray,
+    gpu_slowdown_c: np.ndarray | None = None,
 ) -> list[Alert]:
-    """P99 above 80 ms, GPU idle under load for 30 s or more, GPU hot (85 °C) or throttling hot (90 °C)."""
+    """P99 above 80 ms, GPU idle under load for 30 s or more, GPU near or at its slowdown
+    temperature (`gpu_slowdown_c`: the device's own per window, when recorded)."""
     out: list[Alert] = []
 
     def add(
@@ -99,19 +100,25 @@ def alerts(
         )
     if gpu_temp_c is not None and not np.all(np.isnan(gpu_temp_c)):
         temp = np.nan_to_num(gpu_temp_c, nan=0.0)
+        slowdown = gpu_limits.slowdown_c(gpu_slowdown_c, len(temp))
+        hot = gpu_limits.hot_c(gpu_slowdown_c, len(temp))
+        whose = "the device's own" if gpu_limits.recorded(gpu_slowdown_c) else "a typical GPU's"
+        at = float(np.nanmin(slowdown))
         add(
             "gpu_temp_throttling",
             "critical",
-            f"GPU temperature reached {{value:.0f}} °C (> {TEMP_CRITICAL_C:.0f} °C, throttling range)",
-            temp > TEMP_CRITICAL_C,
+            f"GPU temperature reached {{value:.0f}} °C (>= {at:.0f} °C, {whose} slowdown"
+            " temperature: the clocks drop)",
+            temp >= slowdown,
             gpu_temp_c,
             "°C",
         )
         add(
             "gpu_temp_high",
             "warn",
-            f"GPU temperature reached {{value:.0f}} °C (> {TEMP_WARN_C:.0f} °C)",
-            temp > TEMP_WARN_C,
+            f"GPU temperature reached {{value:.0f}} °C (>= {at - gpu_limits.HOT_MARGIN_C:.0f} °C,"
+            f" within {gpu_limits.HOT_MARGIN_C:.0f} °C of {whose} slowdown temperature)",
+            temp >= hot,
             gpu_temp_c,
             "°C",
         )

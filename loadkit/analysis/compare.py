@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from loadkit import percentile_names
 from loadkit.analysis.model import Analysis, LatencyWindows, Series
 
 BATCHES = 10
@@ -58,7 +59,9 @@ METHOD = (
 )
 
 # Known points of a window's latency distribution: (LatencyWindows field, cumulative share).
-WINDOW_QUANTILES = (("p50_ms", 0.5), ("p95_ms", 0.95), ("p99_ms", 0.99), ("p999_ms", 0.999))
+WINDOW_QUANTILES = tuple(
+    (f"{name}_ms", percentile_names.quantile(name)) for name in percentile_names.WINDOW
+)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from loadkit import percentile_names
 from loadkit.analysis.align import WindowGrid
 from loadkit.analysis.latency_counts import (
     Histogram,
@@ -31,7 +32,7 @@ from loadkit.rundir import IntervalHistogram
 
 MIN_REQUESTS_FOR_P99 = 100
 WIDEN_TO_S = 5.0
-WINDOW_PERCENTILES = {"p50": 50.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+WINDOW_PERCENTILES = {name: percentile_names.PERCENTILES[name] for name in percentile_names.WINDOW}
 NINES = (50.0, 90.0, 99.0, 99.9, 99.99, 99.999, 100.0)
 US_PER_MS = 1000.0
 

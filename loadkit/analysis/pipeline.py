@@ -62,7 +62,7 @@ from loadkit.analysis.percentiles import (
 )
 from loadkit.analysis.periodicity import detect_periodicity, run_period
 from loadkit.analysis.recovery import BurstPhase, burst_recovery, rolling_p99
-from loadkit.analysis.slo import resolve_slo, slo_verdict, step_verdict
+from loadkit.analysis.slo import DEFAULT_SLO, resolve_slo, slo_verdict, step_verdict
 from loadkit.analysis.telemetry import (
     GpuSeries,
     HostSeries,
@@ -651,6 +651,7 @@ def judge(
         gpu.util_pct if gpu else None,
         gpu.temp_c if gpu else None,
         np.nan_to_num(aligned.offered),
+        gpu.temp_slowdown_c if gpu else None,
     )
     p99_5s = rolling_p99(aligned.corrected_h, window_s)
     recoveries = [
@@ -677,8 +678,8 @@ def judge(
             throughput_rps,
             aligned.errors / window_s,
             aligned.in_flight,
-            thresholds.get("p99_ms", 50.0),
-            thresholds.get("errors_pct", 0.1),
+            thresholds.get("p99_ms", DEFAULT_SLO["p99_ms"]),
+            thresholds.get("errors_pct", DEFAULT_SLO["errors_pct"]),
         )
     soak = soak_drift(
         SoakSignals(

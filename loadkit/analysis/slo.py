@@ -7,13 +7,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from loadkit import percentile_names
 from loadkit.analysis.model import OverallStats, SloVerdict, Verdict
 from loadkit.errors import UsageError
 
 DEFAULT_SLO: dict[str, float] = {"p99_ms": 50.0, "errors_pct": 0.1}
-PERCENTILE_KEYS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
-
-_SLO_ITEM = re.compile(r"^\s*(p50|p90|p95|p99|p999|errors)\s*[=<]=?\s*([\d.]+)\s*(ms|s|us|%)?\s*$")
+_SLO_ITEM = re.compile(
+    rf"^\s*({percentile_names.PATTERN}|errors)\s*[=<]=?\s*([\d.]+)\s*(ms|s|us|%)?\s*$"
+)
 
 
 def parse_slo(text: str) -> dict[str, float]:
@@ -29,6 +30,7 @@ def parse_slo(text: str) -> dict[str, float]:
                 hint="use e.g. --slo p99=50ms,p95=30ms,errors=0.1%",
             )
         name, value, unit = m.group(1), float(m.group(2)), m.group(3)
+        name = percentile_names.key(name) or name
         if name == "errors":
             if unit not in (None, "%"):
                 raise UsageError(f"error-rate SLO must be a percentage, got {item.strip()!r}")
@@ -54,7 +56,7 @@ def resolve_slo(
             if (
                 isinstance(value, int | float)
                 and not isinstance(value, bool)
-                and (key == "errors_pct" or key.removesuffix("_ms") in PERCENTILE_KEYS)
+                and (key == "errors_pct" or percentile_names.key(key.removesuffix("_ms")))
             ):
                 merged[key] = float(value)
                 sources[key] = origin
@@ -135,7 +137,6 @@ def _verdict(checks: list[SloVerdict], source: str) -> Verdict:
 
 __all__ = [
     "DEFAULT_SLO",
-    "PERCENTILE_KEYS",
     "parse_slo",
     "resolve_slo",
     "slo_verdict",

@@ -108,6 +108,8 @@ class GpuSeries:
     thermal_reason: np.ndarray  # fraction of busy samples with a thermal bit
     power_reason: np.ndarray  # fraction of busy samples with a power-cap bit
     has_reasons: bool
+    # The device's own slowdown temperature (NaN where not recorded); gpu_limits reads it.
+    temp_slowdown_c: np.ndarray | None = None
 
 
 def _reason_bits(frame: pd.DataFrame) -> np.ndarray | None:
@@ -172,6 +174,7 @@ def align_gpu(frame: pd.DataFrame, grid: WindowGrid) -> GpuSeries | None:
         thermal_reason=nan_reduce("thermal_reason", "nanmax"),
         power_reason=nan_reduce("power_reason", "nanmax"),
         has_reasons=any(g.has_reasons for g in per_gpu),
+        temp_slowdown_c=nan_reduce("temp_slowdown_c", "nanmin"),  # the first GPU to throttle
     )
 
 
@@ -214,6 +217,7 @@ def _align_one_gpu(frame: pd.DataFrame, grid: WindowGrid) -> GpuSeries:
         thermal_reason=thermal,
         power_reason=power_r,
         has_reasons=bits is not None,
+        temp_slowdown_c=_gpu_column_mean(frame, grid, "temp_slowdown_c", "min"),
     )
 
 

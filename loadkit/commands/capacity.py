@@ -135,7 +135,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 def settings_from(args: argparse.Namespace) -> Any:
     """The search settings from the command line; UsageError on any bad value."""
-    from loadkit.analysis.slo import PERCENTILE_KEYS, parse_slo
+    from loadkit import percentile_names
+    from loadkit.analysis.slo import parse_slo
     from loadkit.load.search import SearchSettings
 
     slo = parse_slo(args.slo)
@@ -146,7 +147,7 @@ def settings_from(args: argparse.Namespace) -> Any:
             hint="e.g. --slo p99=50ms,errors=0.1%",
         )
     pct = latency[0]
-    assert pct in PERCENTILE_KEYS
+    assert percentile_names.key(pct) == pct
     for name, value in (("--start", args.start), ("--max-rate", args.max_rate)):
         if not value > 0:
             raise UsageError(f"{name} must be > 0 req/s, got {value:g}")

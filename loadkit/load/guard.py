@@ -26,12 +26,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loadkit import percentile_names
 from loadkit.errors import UsageError
 from loadkit.load.live import SECOND_NS, IntervalView, LiveRunReader, merge
 
 DEFAULT_SLO_FOR_S = 10
 MAX_FOR_S = 3600
-_PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p99.9": 99.9, "p999": 99.9}
 _CONDITION = re.compile(
     r"^\s*(?P<metric>[a-z0-9.]+)\s*(?P<op>>=|>)\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>us|ms|s|%)?"
     r"\s*(?:for\s+(?P<for>\d+(?:\.\d+)?)\s*(?P<for_unit>s|m)?)?\s*$"
@@ -45,7 +45,7 @@ class AbortCondition:
     """One parsed `--abort-on` condition."""
 
     text: str  # normalized, e.g. "p99>80ms for 10s"
-    metric: str  # "p99", ..., "max" or "errors"
+    metric: str  # a percentile key ("p99", "p999"), "max" or "errors"
     threshold: float  # seconds for latency, percent for errors
     for_s: int  # whole seconds (1 s intervals)
     inclusive: bool = False  # ">=" instead of ">"
@@ -64,7 +64,7 @@ class AbortCondition:
             return None
         if self.metric == "max":
             return float(hist.get_max_value()) / 1e6
-        return float(hist.get_value_at_percentile(_PERCENTILES[self.metric])) / 1e6
+        return float(hist.get_value_at_percentile(percentile_names.percentile(self.metric))) / 1e6
 
     def breaks(self, value: float | None) -> bool:
         if value is None:
@@ -135,16 +135,17 @@ def parse_condition(text: str) -> AbortCondition:
         if unit not in (None, "%"):
             raise UsageError(f"--abort-on {text!r}: errors are a percentage", hint="errors>5%")
         threshold, shown = value, f"{value:g}%"
-    elif metric in _PERCENTILES or metric == "max":
+    elif percentile_names.key(metric) or metric == "max":
         if unit in (None, "%"):
             raise UsageError(f"--abort-on {text!r}: latency needs a time unit", hint="p99>80ms")
         threshold = value * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
         shown = f"{value:g}{unit}"
-        metric = "p99.9" if metric == "p999" else metric
+        metric = percentile_names.key(metric) or metric
     else:
-        known = "p50, p90, p95, p99, p99.9, max, errors"
+        known = f"{percentile_names.ACCEPTED}, max, errors"
         raise UsageError(f"--abort-on {text!r}: unknown metric {metric!r}", hint=f"one of {known}")
-    normalized = f"{metric}{op}{shown} for {for_s}s"
+    spoken = percentile_names.spoken(metric) if percentile_names.key(metric) else metric
+    normalized = f"{spoken}{op}{shown} for {for_s}s"
     return AbortCondition(normalized, metric, threshold, for_s, inclusive=op == ">=")
 
 
@@ -156,7 +157,7 @@ def slo_conditions(slo: Mapping[str, Any] | None, for_s: int, given: str) -> lis
             continue
         if key == "errors_pct":
             out.append(parse_condition(f"errors>{value:g}% for {for_s}s"))
-        elif key.endswith("_ms") and key.removesuffix("_ms") in _PERCENTILES:
+        elif key.endswith("_ms") and percentile_names.key(key.removesuffix("_ms")):
             out.append(parse_condition(f"{key.removesuffix('_ms')}>{value:g}ms for {for_s}s"))
     if not out:
         raise UsageError(

@@ -17,7 +17,6 @@ here: the orchestrator (a plain process) and a Locust master both use it.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,14 +24,15 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from loadkit import percentile_names
 from loadkit.rundir import new_histogram
+from loadkit.rundir.hlog import IntervalLineReader
 from loadkit.rundir.layout import EVENTS_FILE, LATENCY_DIR, LOAD_DIR
 
 SECOND_NS = 1_000_000_000
 WINDOW_S = 10  # the live percentiles and rates cover the last 10 complete intervals
-QUANTILES = (("p50", 50.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9))
+QUANTILES = tuple((name, percentile_names.PERCENTILES[name]) for name in percentile_names.WINDOW)
 KINDS = ("corrected", "service", "pending")
-_BASE_RE = re.compile(r"#\[BaseTime:\s*([\d.]+)")
 
 
 class _Tail:
@@ -177,7 +177,7 @@ class LiveRunReader:
         self._load_tails: dict[Path, _Tail] = {}
         self._hlog_tails: dict[Path, _Tail] = {}
         self._events_tail = _Tail(self.run_dir / EVENTS_FILE)
-        self._hlog_base: dict[Path, float] = {}
+        self._hlog_readers: dict[Path, IntervalLineReader] = {}
         self._latest_by_file: dict[Path, int] = {}
         self.intervals: dict[int, IntervalView] = {}
         self.totals: Counter[str] = Counter()
@@ -224,24 +224,18 @@ class LiveRunReader:
         self._latest_by_file[path] = max(self._latest_by_file.get(path, t), t)
 
     def _hlog_line(self, path: Path, line: str) -> None:
-        if line.startswith("#"):
-            if m := _BASE_RE.match(line):
-                self._hlog_base[path] = float(m.group(1))
-            return
-        if not line.startswith("Tag="):
-            return
+        reader = self._hlog_readers.get(path)
+        if reader is None:
+            reader = self._hlog_readers[path] = IntervalLineReader(path.stem, kinds=KINDS)
         try:
-            tag, rel, _length, _max, payload = line.split(",", 4)
-            kind = tag.removeprefix("Tag=").partition(":")[0]
-            if kind not in KINDS:
-                return
-            hist = HdrHistogram.decode(payload.encode("ascii"))
-        except (ValueError, TypeError):
+            interval = reader.feed(line)
+        except Exception:  # a torn line: the next poll's complete lines go on
             return
-        start_s = self._hlog_base.get(path, 0.0) + float(rel)
+        if interval is None:
+            return
         # Interval starts are whole seconds; round away float noise.
-        start_ns = round(start_s) * SECOND_NS
-        self._interval(start_ns).add_histogram(kind, hist)
+        start_ns = round(interval.start_ns / SECOND_NS) * SECOND_NS
+        self._interval(start_ns).add_histogram(interval.kind, interval.histogram)
 
     def _event_line(self, line: str) -> None:
         try:

@@ -16,10 +16,11 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from loadkit import percentile_names
 from loadkit.errors import UsageError
 from loadkit.load.live import WINDOW_S, LiveSnapshot
 
-QUANTILE_LABELS = {"p50": "0.5", "p95": "0.95", "p99": "0.99", "p999": "0.999"}
+QUANTILE_LABELS = {name: f"{percentile_names.quantile(name):g}" for name in percentile_names.WINDOW}
 
 
 def metric_families(snapshot: LiveSnapshot | None, info: Mapping[str, str]) -> Iterator[Metric]:

@@ -34,6 +34,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from loadkit import percentile_names
 from loadkit.load.live import SECOND_NS, IntervalView, LiveRunReader, merge
 from loadkit.load.shapes import RateSchedule
 from loadkit.rundir.layout import EVENTS_FILE
@@ -121,10 +122,6 @@ def _pct(hist: HdrHistogram | None, q: float) -> float | None:
     return float(hist.get_value_at_percentile(q)) / 1000.0  # us -> ms
 
 
-def _quantile(name: str) -> float:
-    return {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}[name]
-
-
 def windows_of(views: Sequence[IntervalView], window_s: int) -> list[list[IntervalView]]:
     """The measure intervals in whole windows of `window_s` seconds (a partial tail is left out)."""
     n = len(views) // window_s
@@ -150,7 +147,7 @@ def judge(
     baseline_service_p50_ms: float | None,
 ) -> Probe:
     """Fill `probe` from its measure intervals: numbers, stability and verdict."""
-    q = _quantile(settings.slo_percentile)
+    q = percentile_names.percentile(settings.slo_percentile)
     seconds = sum(v.length_ns or SECOND_NS for v in views) / SECOND_NS
     corrected = merge([v.hists["corrected"] for v in views if "corrected" in v.hists])
     service = merge([v.hists["service"] for v in views if "service" in v.hists])

@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadkit import percentile_names
 from loadkit.rundir import load_run, new_histogram
+
+SUMMARY_PERCENTILES = ("p50", "p99", "p999")
+
+
+def _spoken(name: str) -> str:
+    return percentile_names.spoken(name) if percentile_names.key(name) else name
 
 
 @dataclass(frozen=True)
@@ -22,7 +29,7 @@ class RunSummary:
     errors: int
     dropped: int
     seconds: int  # intervals with load rows
-    corrected_ms: dict[str, float] = field(default_factory=dict)  # p50, p99, p99.9, max
+    corrected_ms: dict[str, float] = field(default_factory=dict)  # p50, p99, p999, max
     service_ms: dict[str, float] = field(default_factory=dict)
     error_kinds: dict[str, int] = field(default_factory=dict)
     error_messages: dict[str, list[str]] = field(default_factory=dict)  # the server's words
@@ -37,7 +44,7 @@ class RunSummary:
         def fmt(p: dict[str, float]) -> str:
             if not p:
                 return "-"
-            return "  ".join(f"{k} {v:.1f}" for k, v in p.items()) + " ms"
+            return "  ".join(f"{_spoken(k)} {v:.1f}" for k, v in p.items()) + " ms"
 
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.error_kinds.items())) or "none"
         said = [
@@ -94,7 +101,10 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
         h = merged[kind]
         if h.get_total_count() == 0:
             return {}
-        out = {f"p{p:g}": h.get_value_at_percentile(p) / 1000.0 for p in (50.0, 99.0, 99.9)}
+        out = {
+            name: h.get_value_at_percentile(percentile_names.percentile(name)) / 1000.0
+            for name in SUMMARY_PERCENTILES
+        }
         out["max"] = h.get_max_value() / 1000.0
         return out
 

@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loadkit import __version__
+from loadkit import __version__, percentile_names
 from loadkit.analysis.causes.request_errors import ERROR_CAUSE_IDS
 from loadkit.analysis.model import (
     Analysis,
@@ -37,9 +37,9 @@ from loadkit.report.plots import (
     Timeline,
 )
 from loadkit.rundir import Run
+from loadkit.rundir.schema import Gpu
 
-SLO_LABELS = {"p50": "P50", "p95": "P95", "p99": "P99", "p999": "P99.9", "errors": "errors"}
-PERCENTILES = (("p50", "P50"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9"))
+PERCENTILES = tuple((name, percentile_names.label(name)) for name in percentile_names.WINDOW)
 MEAN_LABEL = "mean (not a percentile)"
 EPISODE_IDS_SHOWN = 12
 
@@ -153,7 +153,7 @@ def _verdict(analysis: Analysis) -> dict[str, Any]:
     v = analysis.verdict
     rows = []
     for slo in v.slos:
-        label = SLO_LABELS.get(slo.name, slo.name)
+        label = percentile_names.label(slo.name)
         observed = fmt.with_unit(slo.observed, slo.unit)
         threshold = fmt.with_unit(slo.threshold, slo.unit)
         state = "n/a" if slo.passed is None else ("pass" if slo.passed else "fail")
@@ -546,53 +546,50 @@ def _plain(value: Any) -> str:
 
 def _metadata(run: Run, analysis: Analysis) -> list[dict[str, str]]:
     """Label/value rows: what ran, where, with what; every value is a plain string."""
-    m = run.manifest
-    env = m.get("environment") or {}
-    host = env.get("host") or {}
-    gpu = env.get("gpu") or {}
-    server = env.get("server") or {}
-    scenario = m.get("scenario") or {}
-    target = m.get("target") or {}
+    info = run.info
+    host, gpu, server = info.environment.host, info.environment.gpu, info.environment.server
+    scenario, target = info.scenario, info.target
     rows: list[tuple[str, str]] = [
         ("Run", f"{analysis.run.run_id} ({analysis.run.status}, {analysis.run.kind})"),
         ("Started", fmt.utc(analysis.run.start_ns)),
         ("Duration", fmt.seconds(analysis.run.duration_s)),
-        ("Scenario", str(scenario.get("name") or analysis.run.scenario or "none")),
-        ("Scenario file", str(scenario.get("path") or "n/a")),
-        ("Parameters", _kv(scenario.get("params"))),
-        ("Command line", shlex.join(str(a) for a in m.get("command_line") or []) or "n/a"),
+        ("Scenario", str((scenario and scenario.name) or analysis.run.scenario or "none")),
+        ("Scenario file", str((scenario and scenario.path) or "n/a")),
+        ("Parameters", _kv(scenario.params if scenario else None)),
+        ("Command line", shlex.join(info.command_line) or "n/a"),
         (
             "Target",
-            f"{target.get('url') or analysis.run.target_url or 'n/a'} "
-            f"({target.get('protocol') or 'n/a'}"
-            f"{', embedded' if target.get('embedded') else ''})",
+            f"{(target and target.url) or analysis.run.target_url or 'n/a'} "
+            f"({(target and target.protocol) or 'n/a'}"
+            f"{', embedded' if target and target.embedded else ''})",
         ),
-        ("Model", str(target.get("model") or analysis.run.model or "n/a")),
-        ("SLO", f"{_kv(m.get('slo'))} (thresholds from {analysis.verdict.source})"),
+        ("Model", str((target and target.model) or analysis.run.model or "n/a")),
+        ("SLO", f"{_kv(info.slo)} (thresholds from {analysis.verdict.source})"),
         ("Analysis window", fmt.seconds(analysis.window_s)),
     ]
-    if server:
-        rows.append(("Server", f"{server.get('name', 'n/a')} {server.get('version', '')}".strip()))
+    if server.name or server.version:
+        rows.append(("Server", f"{server.name or 'n/a'} {server.version or ''}".strip()))
     rows.append(
         (
             "Host",
-            f"{host.get('hostname', 'n/a')}: {host.get('os', 'n/a')}, "
-            f"{host.get('cpu_model', 'n/a')}, {host.get('cores_logical', '?')} logical cores, "
-            f"{fmt.size_bytes(host.get('memory_bytes'))} memory, "
-            f"governor {host.get('governor', 'n/a')}, Python {host.get('python', 'n/a')}",
+            f"{host.hostname or 'n/a'}: {host.raw.get('os', 'n/a')}, "
+            f"{host.raw.get('cpu_model', 'n/a')}, {host.cores_logical or '?'} logical cores, "
+            f"{fmt.size_bytes(host.memory_bytes)} memory, "
+            f"governor {host.raw.get('governor', 'n/a')}, Python {host.raw.get('python', 'n/a')}",
         )
     )
     rows.append(("GPU", _gpu_text(gpu, analysis.run.gpu_kind)))
-    sources = m.get("sources") or []
-    if sources:
+    if info.sources:
         rows.append(
             (
                 "Telemetry sources",
                 "; ".join(
-                    f"{s.get('name')} every {s.get('interval_s')} s"
-                    + (" (simulated)" if s.get("simulated") else "")
-                    + (f" [{s.get('warning')}]" if s.get("warning") else "")
-                    for s in sources
+                    f"{s.name} every "
+                    + ("n/a" if s.interval_s is None else f"{s.interval_s:g}")
+                    + " s"
+                    + (" (simulated)" if s.simulated else "")
+                    + (f" [{s.warning}]" if s.warning else "")
+                    for s in info.sources
                 ),
             )
         )
@@ -606,15 +603,15 @@ def _metadata(run: Run, analysis: Analysis) -> list[dict[str, str]]:
     return [{"label": label, "value": value} for label, value in rows]
 
 
-def _gpu_text(gpu: Mapping[str, Any], gpu_kind: str) -> str:
-    kind = gpu.get("kind") or gpu_kind
+def _gpu_text(gpu: Gpu, gpu_kind: str) -> str:
+    kind = gpu.kind or gpu_kind
     if kind == "none":
         return "none recorded"
-    devices = gpu.get("devices") or []
+    devices = gpu.devices
     described = [
         f"#{d.get('index', '?')} {d.get('name', 'unknown')}, driver {d.get('driver', 'n/a')}, "
         f"CUDA {d.get('cuda', 'n/a')}, power limit {fmt.sig(d.get('power_limit_w'))} W, "
-        f"max SM clock {fmt.sig(d.get('max_sm_clock_mhz'))} MHz"
+        f"max SM clock {fmt.sig(d.get('sm_clock_max_mhz'))} MHz"
         for d in devices
     ]
     text = "; ".join(described) or "no device details"

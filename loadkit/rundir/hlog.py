@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Generic, TypeVar, overload
@@ -101,6 +101,69 @@ class IntervalLogWriter:
             self._file = None
 
 
+class IntervalLineReader:
+    """The one reader of interval-log lines, fed one line at a time: the file's
+    header state (StartTime, BaseTime) and each histogram line.
+
+    `read_interval_log` reads whole files with it; the live reader feeds it the
+    lines of files still being written. `kinds`: decode only these tags' kinds
+    (others read as None, undecoded).
+    """
+
+    def __init__(
+        self,
+        source: str,
+        decode: Callable[[bytes], Any] = HdrHistogram.decode,
+        kinds: Container[str] | None = None,
+    ):
+        self.source = source
+        self._decode = decode
+        self._kinds = kinds
+        self._start_s = 0.0
+        self._base_s: float | None = None
+
+    def feed(self, line: str) -> IntervalHistogram[Any] | None:
+        """The interval on `line`; None for a header, a comment or a blank line.
+
+        Raises on a torn or corrupted line (whatever `decode` or parsing raises).
+        """
+        line = line.rstrip("\n")
+        if not line:
+            return None
+        if line.startswith("#"):
+            if m := _START_RE.match(line):
+                self._start_s = float(m.group(1))
+            elif m := _BASE_RE.match(line):
+                self._base_s = float(m.group(1))
+            return None
+        if line.startswith('"StartTimestamp"'):
+            return None
+        tag = ""
+        if line.startswith("Tag="):
+            tag, _, line = line[4:].partition(",")
+        kind, name = split_tag(tag)
+        if self._kinds is not None and kind not in self._kinds:
+            return None
+        ts, length, _max, payload = line.split(",", 3)
+        rel_start = float(ts)
+        interval = float(length)
+        hist = self._decode(payload.encode("ascii"))
+        base = self._start_s if self._base_s is None else self._base_s
+        # Absolute timestamps (no BaseTime, values far above a year) are kept as such.
+        if self._base_s is None and rel_start > 365 * 24 * 3600:
+            base = 0.0
+        abs_start = base + rel_start
+        return IntervalHistogram(
+            start_ns=round(abs_start * 1e9),
+            end_ns=round((abs_start + interval) * 1e9),
+            tag=tag,
+            kind=kind,
+            name=name,
+            histogram=hist,
+            source=self.source,
+        )
+
+
 @overload
 def read_interval_log(
     path: str | os.PathLike[str], warnings: list[str] | None = None
@@ -125,47 +188,16 @@ def read_interval_log(
     whatever it raises marks the line unreadable.
     """
     path = Path(path)
-    start_s = 0.0
-    base_s: float | None = None
+    reader = IntervalLineReader(path.stem, decode)
     with open(path, encoding="ascii", errors="replace") as f:
         for lineno, line in enumerate(f, start=1):
-            line = line.rstrip("\n")
-            if not line:
-                continue
-            if line.startswith("#"):
-                if m := _START_RE.match(line):
-                    start_s = float(m.group(1))
-                elif m := _BASE_RE.match(line):
-                    base_s = float(m.group(1))
-                continue
-            if line.startswith('"StartTimestamp"'):
-                continue
-            tag = ""
-            if line.startswith("Tag="):
-                tag, _, line = line[4:].partition(",")
             try:
-                ts, length, _max, payload = line.split(",", 3)
-                rel_start = float(ts)
-                interval = float(length)
-                hist = decode(payload.encode("ascii"))
+                interval = reader.feed(line)
             except Exception as exc:  # a torn or corrupted line
                 msg = f"{path.parent.name}/{path.name}:{lineno}: skipped unreadable histogram line ({type(exc).__name__})"
                 log.warning(msg)
                 if warnings is not None:
                     warnings.append(msg)
                 continue
-            base = start_s if base_s is None else base_s
-            # Absolute timestamps (no BaseTime, values far above a year) are kept as such.
-            if base_s is None and rel_start > 365 * 24 * 3600:
-                base = 0.0
-            abs_start = base + rel_start
-            kind, name = split_tag(tag)
-            yield IntervalHistogram(
-                start_ns=round(abs_start * 1e9),
-                end_ns=round((abs_start + interval) * 1e9),
-                tag=tag,
-                kind=kind,
-                name=name,
-                histogram=hist,
-                source=path.stem,
-            )
+            if interval is not None:
+                yield interval

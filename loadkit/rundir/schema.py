@@ -428,16 +428,34 @@ class Host:
         )
 
 
+# A device's limits carry the GPU rows' names (`GpuRow`); manifests before December 2026
+# named them otherwise. Read under the rows' names either way.
+_LEGACY_DEVICE_KEYS = {
+    "max_sm_clock_mhz": "sm_clock_max_mhz",
+    "max_mem_clock_mhz": "mem_clock_max_mhz",
+    "slowdown_temp_c": "temp_slowdown_c",
+    "shutdown_temp_c": "temp_shutdown_c",
+}
+
+
+def _device(raw: Mapping[str, Any]) -> dict[str, Any]:
+    device = {_LEGACY_DEVICE_KEYS.get(k, k): v for k, v in raw.items()}
+    for new in _LEGACY_DEVICE_KEYS.values():  # the new name wins where both are present
+        if new in raw:
+            device[new] = raw[new]
+    return device
+
+
 @dataclass(frozen=True)
 class Gpu:
     """`environment.gpu`: where GPU telemetry came from (`nvml`, `simulated`, `imported`, `none`)."""
 
     kind: str | None
-    devices: tuple[dict[str, Any], ...]
+    devices: tuple[dict[str, Any], ...]  # limits under the GPU rows' names (`temp_slowdown_c`)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Gpu:
-        devices = tuple(dict(d) for d in _list(raw.get("devices")) if isinstance(d, Mapping))
+        devices = tuple(_device(d) for d in _list(raw.get("devices")) if isinstance(d, Mapping))
         return cls(_str(raw.get("kind")), devices)
 
 

@@ -158,10 +158,11 @@ class GpuSampler:
                     "driver": _text(driver),
                     "cuda": cuda,
                     "power_limit_w": None if limit_mw is None else limit_mw / 1000.0,
-                    "max_sm_clock_mhz": static.get("sm_clock_max_mhz"),
-                    "max_mem_clock_mhz": static.get("mem_clock_max_mhz"),
-                    "slowdown_temp_c": static.get("temp_slowdown_c"),
-                    "shutdown_temp_c": static.get("temp_shutdown_c"),
+                    # the GPU rows' names for the same values (GpuRow)
+                    "sm_clock_max_mhz": static.get("sm_clock_max_mhz"),
+                    "mem_clock_max_mhz": static.get("mem_clock_max_mhz"),
+                    "temp_slowdown_c": static.get("temp_slowdown_c"),
+                    "temp_shutdown_c": static.get("temp_shutdown_c"),
                     "simulated": self.simulated,
                 }
             )

@@ -691,7 +691,7 @@ def write_run(
             "host": {"hostname": "synthetic", "cores_logical": spec.cores},
             "gpu": {
                 "kind": spec.gpu_kind,
-                "devices": [{"index": 0, "name": "Simulated GPU", "max_sm_clock_mhz": 1980}],
+                "devices": [{"index": 0, "name": "Simulated GPU", "sm_clock_max_mhz": 1980}],
             },
             "server": {
                 "name": "triton",

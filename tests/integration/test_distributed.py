@@ -187,7 +187,7 @@ def test_master_writes_one_run_from_workers_that_cannot_see_it(
     for hist in hists:
         merged.add(hist)
     assert merged.get_total_count() == summary.ok
-    for p, key in ((50.0, "p50"), (99.0, "p99"), (99.9, "p99.9")):
+    for p, key in ((50.0, "p50"), (99.0, "p99"), (99.9, "p999")):
         assert summary.corrected_ms[key] == merged.get_value_at_percentile(p) / 1000.0
     # ... nothing was written where the workers ran, and the manifest names both with clocks
     for home in cluster.homes:

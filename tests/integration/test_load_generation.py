@@ -238,7 +238,7 @@ def test_two_workers_merge_exactly_and_hold_the_rate(triton: Any, tmp_path: Path
     # the merge the tools use (per interval, across processes) == merging raw histograms
     assert summary.ok == sum(counts) == raw.get_total_count() == int(rate * 5)
     assert abs(counts[0] - counts[1]) <= 1  # every other arrival
-    for p, key in ((50.0, "p50"), (99.0, "p99"), (99.9, "p99.9")):
+    for p, key in ((50.0, "p50"), (99.0, "p99"), (99.9, "p999")):
         assert summary.corrected_ms[key] == raw.get_value_at_percentile(p) / 1000.0
     intervals = _per_interval(run_dir)
     start, end = _phase_ns(run_dir, "load-start"), _phase_ns(run_dir, "load-end")

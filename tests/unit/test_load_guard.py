@@ -30,7 +30,9 @@ def test_conditions_parse_to_seconds_percent_and_whole_durations() -> None:
     e = parse_condition(" errors > 5% for 5s ")
     assert (e.metric, e.threshold, e.for_s, e.text) == ("errors", 5.0, 5, "errors>5% for 5s")
     assert parse_condition("P99.9>=1.5s for 1m").for_s == 60
-    assert parse_condition("p999>2s").metric == "p99.9"
+    assert parse_condition("p999>2s").metric == "p999"
+    assert parse_condition("p99.9>2s").metric == "p999"
+    assert parse_condition("p99.9>2s").text == "p99.9>2s for 1s"
     assert parse_condition("p95>500us").threshold == pytest.approx(0.0005)
 
 

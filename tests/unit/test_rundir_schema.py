@@ -191,3 +191,19 @@ def test_write_manifest_holds_the_manifest_to_the_schema(tmp_path):
     assert on_disk["status"] == "running" and "statsu" not in on_disk
     assert "statsu" not in writer.manifest
     writer.finalize()  # the refused key did not stay behind to refuse every later write
+
+
+def test_gpu_device_limits_read_under_the_rows_names_in_old_and_new_manifests() -> None:
+    from loadkit.rundir.schema import Gpu
+
+    old = Gpu.from_dict(
+        {"kind": "nvml", "devices": [{"index": 0, "slowdown_temp_c": 87, "max_sm_clock_mhz": 1980}]}
+    )
+    new = Gpu.from_dict(
+        {"kind": "nvml", "devices": [{"index": 0, "temp_slowdown_c": 87, "sm_clock_max_mhz": 1980}]}
+    )
+    assert (
+        old.devices
+        == new.devices
+        == ({"index": 0, "temp_slowdown_c": 87, "sm_clock_max_mhz": 1980},)
+    )

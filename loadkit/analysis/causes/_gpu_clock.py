@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from loadkit.analysis import gpu_limits
 from loadkit.analysis.causes.base import (
     Signals,
     Signature,
@@ -34,7 +35,6 @@ REASON_SHARE = 0.5  # share of busy samples with the reason bit
 POWER_AT_LIMIT = 0.97
 # Full-clock windows needed to fit compute per batch at full clock (else the baseline).
 MIN_REFERENCE_WINDOWS = 10
-HOT_GPU_C = 85.0  # without reason bits, a clock drop this hot counts as thermal
 SIGNAL = ("telemetry.gpu_sm_clock_mhz", "SM clock (MHz)")
 
 
@@ -44,7 +44,7 @@ def throttle_classes(gpu: GpuSeries) -> dict[str, np.ndarray]:
     All three need a clock drop (busy SM clock under CLOCK_DROP_RATIO of max): a
     reason bit with the clock holding throttles nothing. The drop is thermal or
     power where ≥ REASON_SHARE of the busy samples carry that reason bit or,
-    without bits, where the GPU is hot (HOT_GPU_C) or draws ≥ POWER_AT_LIMIT of
+    without bits, where the GPU is hot (`gpu_limits.hot_c`: near its own slowdown temperature) or draws ≥ POWER_AT_LIMIT of
     its limit; "other" with neither. The one rule for attribution and timelines.
     """
     drop = np.nan_to_num(gpu.clock_ratio_busy, nan=1.0) < CLOCK_DROP_RATIO
@@ -52,7 +52,9 @@ def throttle_classes(gpu: GpuSeries) -> dict[str, np.ndarray]:
         thermal = np.nan_to_num(gpu.thermal_reason, nan=0.0) >= REASON_SHARE
         power = np.nan_to_num(gpu.power_reason, nan=0.0) >= REASON_SHARE
     else:  # no reason bits: fall back to readings
-        thermal = np.nan_to_num(gpu.temp_c, nan=0.0) >= HOT_GPU_C
+        thermal = np.nan_to_num(gpu.temp_c, nan=0.0) >= gpu_limits.hot_c(
+            gpu.temp_slowdown_c, len(gpu.temp_c)
+        )
         with np.errstate(invalid="ignore", divide="ignore"):
             power = np.nan_to_num(gpu.power_w / gpu.power_limit_w, nan=0.0) >= POWER_AT_LIMIT
     return {

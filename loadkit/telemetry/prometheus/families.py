@@ -20,6 +20,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadkit import percentile_names
 from loadkit.rundir.schema import decode_reasons
 from loadkit.telemetry.importers import dcgm_value
 
@@ -100,10 +101,14 @@ class ExporterFamily:
 
 def _quantile_maps(metric: str, prefix: str) -> tuple[MetricMap, ...]:
     """A Triton summary's quantiles as `<prefix>p50_ms` ... (µs -> ms)."""
-    quantiles = {"0.5": "p50", "0.9": "p90", "0.95": "p95", "0.99": "p99", "0.999": "p999"}
     return tuple(
-        MetricMap(metric, f"{prefix}{name}_ms", scale=1e-3, match={"quantile": q})
-        for q, name in quantiles.items()
+        MetricMap(
+            metric,
+            f"{prefix}{name}_ms",
+            scale=1e-3,
+            match={"quantile": f"{percentile_names.quantile(name):g}"},
+        )
+        for name in percentile_names.PERCENTILES
     )
 
 
@@ -268,7 +273,7 @@ def application_histogram(name: str, *, native: bool = False) -> ExporterFamily:
     """An application's latency histogram (seconds, the Prometheus convention): P50..P99.9
     per step by `histogram_quantile` over the rate of its `<name>_bucket` series, or of
     `<name>` itself for a native histogram (`native=True`)."""
-    quantiles = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}
+    quantiles = {name: percentile_names.quantile(name) for name in percentile_names.PERCENTILES}
     series = name if native else f"{name}_bucket"
     by = "" if native else " by (le)"
     metrics = tuple(

@@ -458,3 +458,36 @@ def test_cores_busy_while_a_bursts_backlog_drains_are_not_cpu_saturation():
     s = cpu_saturation.signature(sig, base)
     # THEN only the starved window outside the burst and its backlog holds
     assert s.holds is not None and np.nonzero(s.holds > 0)[0].tolist() == [13]
+
+
+def test_without_reason_bits_a_clock_drop_near_the_devices_own_slowdown_temperature_is_thermal():
+    """A GPU that slows down at 80 °C throttles at 78 °C: thermal, though under the fixed 85."""
+    from loadkit.analysis.causes._gpu_clock import throttle_classes
+    from loadkit.analysis.model import CAUSE_GPU_CLOCK_OTHER, CAUSE_GPU_THERMAL
+    from loadkit.analysis.telemetry import GpuSeries
+
+    n = 4
+    dropped = np.array([1.0, 0.6, 0.6, 1.0])  # busy clock at 60 % of max in windows 1-2
+
+    def gpu(slowdown_c: np.ndarray | None) -> GpuSeries:
+        return GpuSeries(
+            sm_clock_mhz=1980.0 * dropped,
+            sm_clock_max_mhz=np.full(n, 1980.0),
+            clock_ratio_busy=dropped,
+            temp_c=np.array([70.0, 78.0, 78.0, 70.0]),
+            power_w=np.full(n, 300.0),
+            power_limit_w=np.full(n, 700.0),
+            util_pct=np.full(n, 90.0),
+            mem_used_bytes=np.full(n, 1e9),
+            mem_total_bytes=8e10,
+            thermal_reason=np.full(n, np.nan),
+            power_reason=np.full(n, np.nan),
+            has_reasons=False,  # e.g. imported from nvidia-smi without the reason columns
+            temp_slowdown_c=slowdown_c,
+        )
+
+    own = throttle_classes(gpu(np.full(n, 80.0)))
+    assert own[CAUSE_GPU_THERMAL].tolist() == [False, True, True, False]
+    fallback = throttle_classes(gpu(None))  # not recorded: 85 °C (90 - 5) as before
+    assert not fallback[CAUSE_GPU_THERMAL].any()
+    assert fallback[CAUSE_GPU_CLOCK_OTHER].tolist() == [False, True, True, False]

@@ -32,6 +32,9 @@ def test_parse_slo_units_and_errors():
     assert parse_slo("p99=50ms,errors=0.1%") == {"p99_ms": 50.0, "errors_pct": 0.1}
     assert parse_slo("p95=0.03s, p50=800us") == {"p95_ms": 30.0, "p50_ms": 0.8}
     assert parse_slo("p99<=50") == {"p99_ms": 50.0}
+    # one spelling for users everywhere: --abort-on and capacity accept p99.9 too
+    assert parse_slo("p99.9=80ms,P999<=90ms") == {"p999_ms": 90.0}
+    assert parse_slo("P99.9=80ms") == {"p999_ms": 80.0}
     with pytest.raises(UsageError):
         parse_slo("p98=5ms")
     with pytest.raises(UsageError):
@@ -79,6 +82,22 @@ def test_alerts_p99_idle_gpu_and_temperature():
         starts, 1.0, np.full(n, 10.0), np.where(np.arange(n) < 10, 5.0, 50.0), None, np.full(n, 1.0)
     )
     assert short == []  # 10 s of low utilization is not sustained
+
+
+def test_temperature_alerts_use_the_devices_own_slowdown_temperature():
+    """A GPU that throttles at 87 °C is critical at 88 °C, though under the typical 90."""
+    n = 20
+    starts = np.arange(n, dtype=np.int64) * 10**9
+    temp = np.full(n, 70.0)
+    temp[5:8] = [84.0, 88.0, 84.0]
+    args = (starts, 1.0, np.full(n, 10.0), None, temp, np.full(n, 100.0))
+    own = {a.name: a for a in alerts(*args, np.full(n, 87.0))}
+    assert own["gpu_temp_throttling"].value == 88.0
+    assert "87 °C, the device's own slowdown temperature" in own["gpu_temp_throttling"].message
+    assert own["gpu_temp_high"].value == 88.0  # from 82 °C: within 5 °C of 87
+    typical = {a.name: a for a in alerts(*args)}  # not recorded: 90 / 85 as before
+    assert "gpu_temp_throttling" not in typical
+    assert "a typical GPU's" in typical["gpu_temp_high"].message
 
 
 def test_burst_recovery_on_a_burst_beyond_capacity(analyze_spec):

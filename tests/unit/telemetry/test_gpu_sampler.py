@@ -69,8 +69,8 @@ def test_fake_nvml_identity_is_labelled_simulated(sim_state: tuple[Path, SimGpuM
     assert why is None and devices is not None
     (dev,) = devices
     assert dev["simulated"] is True and dev["driver"] == "simulated"
-    assert dev["max_sm_clock_mhz"] == 1980 and dev["power_limit_w"] == 700.0
-    assert dev["slowdown_temp_c"] == 87
+    assert dev["sm_clock_max_mhz"] == 1980 and dev["power_limit_w"] == 700.0
+    assert dev["temp_slowdown_c"] == 87  # the GPU rows' names (GpuRow)
 
 
 def test_missing_state_file_is_one_clear_message(tmp_path: Path) -> None:
