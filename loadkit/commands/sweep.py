@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from loadkit.errors import EXIT_INTERRUPTED, LoadkitError, TargetError, UsageError
+from loadkit.rundir.schema import Manifest
 
 CAPACITY = "capacity"  # SCENARIO capacity: a capacity search at each point
 
@@ -397,11 +398,10 @@ def _search(
 
 
 def _run_status(run_dir: Path) -> str:
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    abort = manifest.get("abort") or {}
-    if manifest.get("status") == "aborted" and abort.get("by") == "interrupt":
+    manifest = Manifest.from_dict(json.loads((run_dir / "manifest.json").read_text()))
+    if manifest.status == "aborted" and (manifest.abort or {}).get("by") == "interrupt":
         return "aborted-interrupt"
-    return str(manifest.get("status"))
+    return str(manifest.status)
 
 
 def _restore(repo: Any, original: Mapping[str, Any]) -> dict[str, Any]:

@@ -116,7 +116,7 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
         service_ms=percentiles("service"),
         error_kinds=kinds,
         error_messages=run.error_messages(),
-        abort=run.manifest.get("abort"),
-        lost_workers=list((run.manifest.get("distributed") or {}).get("lost") or []),
+        abort=run.info.abort,
+        lost_workers=list((run.info.distributed or {}).get("lost") or []),
         **totals,
     )

@@ -37,7 +37,7 @@ from loadkit.report.plots import (
     Timeline,
 )
 from loadkit.rundir import Run
-from loadkit.rundir.schema import Gpu
+from loadkit.rundir.schema import Gpu, Manifest
 
 PERCENTILES = tuple((name, percentile_names.label(name)) for name in percentile_names.WINDOW)
 MEAN_LABEL = "mean (not a percentile)"
@@ -46,11 +46,10 @@ EPISODE_IDS_SHOWN = 12
 
 def build_context(run: Run, analysis: Analysis) -> dict[str, Any]:
     """Everything a report shows about one run, as plain values and figure specs."""
-    manifest = run.manifest
     return {
         "run_id": analysis.run.run_id,
-        "title": _title(analysis, manifest),
-        "latency_note": _latency_note(analysis, manifest),
+        "title": _title(analysis, run.info),
+        "latency_note": _latency_note(analysis, run.info),
         "simulated": analysis.run.simulated or analysis.run.gpu_kind == "simulated",
         "status": analysis.run.status,
         "abort": _abort(analysis),
@@ -109,7 +108,7 @@ def _abort(analysis: Analysis) -> dict[str, Any] | None:
     return {"by": abort.by, "condition": abort.condition, "t_s": abort.t_s, "text": text}
 
 
-def _latency_note(analysis: Analysis, manifest: Mapping[str, Any]) -> str:
+def _latency_note(analysis: Analysis, manifest: Manifest) -> str:
     """What the latency numbers are: corrected for a load test; for a production window,
     the exporter they came from (docs/oncall.md)."""
     if analysis.run.kind != "production":
@@ -117,7 +116,7 @@ def _latency_note(analysis: Analysis, manifest: Mapping[str, Any]) -> str:
             "Latency percentiles are corrected for coordinated omission "
             "(measured from the intended send time)."
         )
-    production = manifest.get("production") or {}
+    production = manifest.production or {}
     source = {
         "triton-summary": "Triton's summary quantiles (each over the last 60 s)",
         "app-histogram": "the application's histogram (histogram_quantile per step)",
@@ -131,10 +130,10 @@ def _latency_note(analysis: Analysis, manifest: Mapping[str, Any]) -> str:
     )
 
 
-def _title(analysis: Analysis, manifest: Mapping[str, Any]) -> str:
+def _title(analysis: Analysis, manifest: Manifest) -> str:
     if analysis.run.kind == "production":
         return f"Production window: {analysis.run.model or 'Triton'} (from Prometheus)"
-    scenario = analysis.run.scenario or (manifest.get("scenario") or {}).get("name")
+    scenario = analysis.run.scenario or (manifest.scenario and manifest.scenario.name)
     model = analysis.run.model
     parts = [p for p in (scenario, model) if p]
     what = " on ".join(str(p) for p in parts) if parts else analysis.run.kind
@@ -627,7 +626,7 @@ def _model_configs(run: Run) -> list[dict[str, str]]:
 
 
 def _notes(run: Run, analysis: Analysis) -> list[str]:
-    notes = [str(n) for n in run.manifest.get("notes") or []]
+    notes = list(run.info.notes)
     notes += list(analysis.notes)
     seen: set[str] = set()
     return [n for n in notes if not (n in seen or seen.add(n))]  # type: ignore[func-returns-value]

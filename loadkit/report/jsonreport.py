@@ -35,7 +35,6 @@ def build_document(run: Run, analysis: Analysis, html_path: str | None = None) -
     o = a.overall
     c = o.corrected
     s = o.service
-    manifest = run.manifest
     return {
         "report_schema": REPORT_SCHEMA,
         "generator": f"loadkit {__version__}",
@@ -45,7 +44,7 @@ def build_document(run: Run, analysis: Analysis, html_path: str | None = None) -
             "abort": to_jsonable(a.run.abort),
             "kind": a.run.kind,
             "scenario": a.run.scenario,
-            "scenario_params": (manifest.get("scenario") or {}).get("params") or {},
+            "scenario_params": run.info.scenario.params if run.info.scenario else {},
             "model": a.run.model,
             "target_url": a.run.target_url,
             "start_ns": a.run.start_ns,

@@ -565,9 +565,9 @@ def load_run(path: str | os.PathLike[str]) -> Run:
 def missing_source_files(run: Run) -> list[str]:
     """A warning per telemetry file the manifest lists that is not there (deleted, never copied)."""
     out: list[str] = []
-    for source in run.manifest.get("sources") or []:
-        file = source.get("file") if isinstance(source, dict) else None
-        if not isinstance(file, str) or not file.startswith(f"{TELEMETRY_DIR}/"):
+    for source in run.info.sources:
+        file = source.file
+        if file is None or not file.startswith(f"{TELEMETRY_DIR}/"):
             continue
         stem = Path(file).name.split(".", 1)[0]
         if not run.has_series(stem):
