@@ -4,9 +4,9 @@ A preset gives a model's spec and the request options that suit it (a
 variable dimension's size, an id range). The package that ships a model
 registers its preset under the `loadkit.request_presets` entry point group
 (`name = "module:function"`, the function taking the scenario's parameters
-and returning a `Preset`): loadkit's embedded ranker does so in
-pyproject.toml (`ranker = "loadkit.target.requests:ranker_preset"`), so
-nothing in `loadkit.load` names a model. `register()` adds one at run time
+and returning a `Preset`): loadkit's embedded target declares its ranker's
+that way in pyproject.toml, so nothing in `loadkit.load` names a model or
+the package that ships it. `register()` adds one at run time
 (tests, a scenario file).
 
 `requests=NAME` picks a preset by name; a model whose inputs match a
