@@ -1,7 +1,7 @@
 """The loadkit side of one Locust process: recorder, dispatcher, events, shape class.
 
-Importing `loadkit.load.generator.users` (every scenario does, through `loadkit.load`) attaches this runtime to
-Locust's events. Per process it:
+Importing `loadkit.load.generator.users` (every scenario does, through
+`loadkit.load`) attaches this runtime to Locust's events. Per process it:
 
 - finds the run directory (`LOADKIT_RUN_DIR`, set by `loadkit run`); when a
   scenario runs under plain `locust -f`, the master (or local) process

@@ -1,4 +1,4 @@
-"""JSON over HTTP: KServe v2 JSON tensors, or a scenario's own body (`protocol=json`, `JsonHttpUser`).
+"""JSON over HTTP: KServe v2 JSON tensors, or a scenario's own body (`protocol=json`).
 
 For a recommendation API in front of the model too: the path is the
 `json_path` parameter, the body the user class's `json_body`, and only this

@@ -1,4 +1,4 @@
-"""Triton gRPC: KServe v2 over gRPC, tritonclient's generated stub (`protocol=grpc`, `TritonGrpcUser`)."""
+"""Triton gRPC: KServe v2 over gRPC, through tritonclient's stub (`protocol=grpc`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Triton HTTP: KServe v2 binary tensors over HTTP (`protocol=http`, `TritonHttpUser`)."""
+"""Triton HTTP: KServe v2 binary tensors over HTTP (`protocol=http`)."""
 
 from __future__ import annotations
 
