@@ -15,3 +15,4 @@ lint: setup
 	.venv/bin/ruff check loadkit tests bench scenarios
 	.venv/bin/ruff format --check loadkit tests bench scenarios
 	.venv/bin/mypy
+	.venv/bin/lint-imports

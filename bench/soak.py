@@ -50,7 +50,7 @@ from bench._support import (  # noqa: E402
 )
 from bench.analysis_scale import measure  # noqa: E402
 from loadkit.analysis.drift import robust_trend  # noqa: E402
-from loadkit.load.recorder import reservoir_size  # noqa: E402
+from loadkit.load.generator.recorder import reservoir_size  # noqa: E402
 from loadkit.rundir.layout import LOAD_DIR, REQUESTS_DIR, TELEMETRY_DIR  # noqa: E402
 from loadkit.rundir.segments import segment_name  # noqa: E402
 

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from loadkit.load import InferenceUser, Param, Scenario, shapes
-from loadkit.load.scenario import ENV_RUN_DIR
+from loadkit.load.handoff import ENV_RUN_DIR
 
 SCHEDULE_FILE = "capacity/schedule.jsonl"
 

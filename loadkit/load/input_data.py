@@ -19,16 +19,14 @@ import base64
 import json
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from loadkit.errors import UsageError
 from loadkit.kserve.datatypes import numpy_dtype
 from loadkit.kserve.metadata import ModelSpec, TensorSpec
-
-if TYPE_CHECKING:
-    from loadkit.load.sources import RequestOptions
+from loadkit.load.request_options import RequestOptions
 
 Step = dict[str, tuple[str, np.ndarray]]  # input name -> (datatype, array without batch dim)
 

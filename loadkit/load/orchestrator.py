@@ -48,19 +48,19 @@ from loadkit.load.guard import (
     check_syntax,
     expand_conditions,
 )
-from loadkit.load.live import LiveRunReader, LiveSnapshot
-from loadkit.load.metrics_endpoint import MetricsEndpoint
-from loadkit.load.progress import ProgressPrinter
-from loadkit.load.recorder import EXIT_WRITE_FAILED
-from loadkit.load.scenario import (
+from loadkit.load.handoff import (
     ENV_DURATION,
     ENV_PARAMS,
     ENV_PROCESS,
     ENV_REQUEST_PLAN,
     ENV_RUN_DIR,
     ENV_SEED,
-    manifest_scenario,
+    EXIT_WRITE_FAILED,
 )
+from loadkit.load.live import LiveRunReader, LiveSnapshot
+from loadkit.load.metrics_endpoint import MetricsEndpoint
+from loadkit.load.progress import ProgressPrinter
+from loadkit.load.scenario import manifest_scenario
 from loadkit.rundir import RunWriter
 
 LOGS_DIR = "logs"

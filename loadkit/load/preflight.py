@@ -30,16 +30,14 @@ from loadkit.kserve.metadata import (
     ServerRejected,
     ServerUnreachable,
     describe_server,
-    open_client,
 )
+from loadkit.load import presets, protocols
 from loadkit.load.failures import REFUSED, RESET, TIMEOUT, classify_failure, error_message
+from loadkit.load.request_options import RequestOptions
 from loadkit.load.sources import (
-    PRESETS,
-    RequestOptions,
     RequestPlan,
     build_source,
     is_perf_analyzer_json,
-    load_preset,
     plan_bodies,
     plan_requests,
 )
@@ -104,15 +102,18 @@ def plan_for(
     model = str(params.get("model") or "")
     source = str(params.get("requests") or "metadata")
     if options.input_data and not is_perf_analyzer_json(Path(options.input_data)):
-        if protocol != "json":
+        if not protocols.get(protocol).sends_bodies:
+            senders = [p.name for p in protocols.REGISTRY if p.sends_bodies]
             raise UsageError(
                 f'--input-data {options.input_data} is not perf_analyzer\'s {{"data": [...]}} '
-                "JSON; a JSON Lines file of request bodies needs protocol=json",
-                hint="--set protocol=json, or give perf_analyzer's input-data format",
+                "JSON; a JSON Lines file of request bodies needs "
+                + " or ".join(f"protocol={name}" for name in senders),
+                hint=", ".join(f"--set protocol={name}" for name in senders)
+                + ", or give perf_analyzer's input-data format",
             )
         return plan_bodies(options.input_data, model), None
-    if source in PRESETS:
-        spec = load_preset(source, params).spec
+    if source in presets.names():
+        spec = presets.load(source, params).spec
         if model:
             spec = ModelSpec(model, spec.inputs, spec.outputs, spec.max_batch_size, spec.platform)
     elif source == "metadata":
@@ -122,7 +123,7 @@ def plan_for(
     else:
         raise UsageError(
             f"requests={source!r}: not a request source",
-            hint="metadata (default: from the model's metadata), or " + ", ".join(PRESETS),
+            hint="metadata (default: from the model's metadata), or " + ", ".join(presets.names()),
         )
     return plan_requests(spec, options, protocol=protocol), spec
 
@@ -136,17 +137,16 @@ def send_one(
     seed: int = 0,
     json_body: Any = None,
     expects: Callable[[], str | None] | None = None,
-    binary_tensors: bool | None = None,
+    extension_listed: bool | None = None,
 ) -> float:
     """Send the run's first request; return its latency (ms) or raise with the server's words.
 
-    `expects()` says what the model takes, asked only on failure (default: the plan's spec).
+    `expects()` says what the model takes, asked only on failure (default: the plan's spec);
+    `extension_listed` whether the server lists the extension the protocol needs.
     """
-    from loadkit.load.transports import make_transport
-
+    entry = protocols.get(protocol)
     request = build_source(plan, seed, 0).next()
-    transport = make_transport(
-        protocol,
+    transport = entry.make_transport(
         target,
         plan.model,
         timeout_s=float(params.get("timeout_s") or 10.0),
@@ -170,10 +170,10 @@ def send_one(
         if takes is None and plan.spec is not None:
             takes = plan.spec.expects()
         said = f"model {plan.model!r} expects {takes}; " if takes else ""
-        if protocol == "http" and binary_tensors is False:
+        if entry.required_extension and extension_listed is False:
             said = (
-                "the server does not list the binary_tensor_data extension: "
-                "use --set protocol=json (JSON tensors) or protocol=grpc; " + said
+                f"the server does not list the {entry.required_extension} extension: "
+                f"{entry.without_extension}; " + said
             )
         raise ServerRejected(
             f"the server rejected loadkit's pre-flight request ({kind}): {words}",
@@ -212,12 +212,14 @@ def run_preflight(
     protocol = str(params.get("protocol") or "http")
     source = str(params.get("requests") or "metadata")
     needs_metadata = source == "metadata" and not _is_bodies(params)
-    client = open_client(target, protocol)
+    entry = protocols.get(protocol)
+    client = entry.open_client(target)
     try:
-        binary: bool | None = None
+        listed: bool | None = None
         if needs_metadata:
             meta = client.server_metadata()  # unreachable / not KServe v2: exit 3 here
-            binary = "binary_tensor_data" in (meta.get("extensions") or [])
+            if entry.required_extension:
+                listed = entry.required_extension in (meta.get("extensions") or [])
         plan, _ = plan_for(client, protocol, params)
         expects = None if needs_metadata else lambda: _server_expects(client, plan.model)
         latency = send_one(
@@ -228,7 +230,7 @@ def run_preflight(
             seed=seed,
             json_body=json_body,
             expects=expects,
-            binary_tensors=binary,
+            extension_listed=listed,
         )
         server = server_description(client, plan.model)
     finally:

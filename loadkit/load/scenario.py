@@ -2,7 +2,7 @@
 
 A scenario file (`scenarios/*.py`) is a locustfile that builds one
 `Scenario` at module level (`SCENARIO = Scenario(...)`), subclasses one of
-the users in `loadkit.load.users` and exports `SCENARIO.locust_shape()`.
+the users in `loadkit.load.generator.users` and exports `SCENARIO.locust_shape()`.
 Parameters have defaults and help texts; `loadkit run --set name=value`
 overrides them (values are parsed by the default's type). The orchestrator
 passes the overrides to every Locust process in `LOADKIT_PARAMS` (JSON).
@@ -18,19 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadkit.errors import UsageError
+from loadkit.load import protocols
+from loadkit.load.handoff import ENV_DURATION, ENV_PARAMS
 from loadkit.load.shapes import Shape, Truncated
 
-ENV_RUN_DIR = "LOADKIT_RUN_DIR"
-ENV_PARAMS = "LOADKIT_PARAMS"
-ENV_DURATION = "LOADKIT_DURATION_S"
-ENV_SEED = "LOADKIT_SEED"
-ENV_WORKER_INDEX = "LOADKIT_WORKER_INDEX"
-ENV_WORKER_COUNT = "LOADKIT_WORKER_COUNT"
-ENV_PROCESS = "LOADKIT_PROCESS_NAME"
-ENV_REQUEST_PLAN = "LOADKIT_REQUEST_PLAN"  # JSON RequestPlan resolved by the pre-flight
-
 MODELS = ("open", "closed")
-PROTOCOLS = ("http", "grpc", "json")
 
 
 @dataclass(frozen=True)
@@ -43,7 +35,7 @@ class Param:
 
 # Parameters every scenario has; a scenario may override their defaults.
 COMMON_PARAMS: dict[str, Param] = {
-    "protocol": Param("http", "http (Triton HTTP), grpc (Triton gRPC) or json (JSON over HTTP)"),
+    "protocol": Param("http", protocols.choices()),
     "model": Param("", "model name (default: the server's only model)"),
     "requests": Param(
         "metadata", "request source: metadata (from the model's metadata and config) or ranker"
@@ -191,9 +183,9 @@ class Scenario:
             values[key] = parse_value(key, raw, declared[key].default)
         if duration_s is not None and "duration_s" in declared:
             values["duration_s"] = float(duration_s)
-        if values["protocol"] not in PROTOCOLS:
+        if values["protocol"] not in protocols.NAMES:
             raise UsageError(
-                f"protocol {values['protocol']!r} is not one of {', '.join(PROTOCOLS)}"
+                f"protocol {values['protocol']!r} is not one of {', '.join(protocols.NAMES)}"
             )
         shape = self.shape(values)
         if duration_s is not None and "duration_s" not in declared:
@@ -214,10 +206,18 @@ class Scenario:
         return self.resolve(overrides, float(duration) if duration else None)
 
     def locust_shape(self) -> type:
-        """The `LoadTestShape` class Locust needs in the scenario module."""
-        from loadkit.load.runtime import make_shape_class
+        """The `LoadTestShape` class Locust needs in the scenario module.
 
-        return make_shape_class(self)
+        Built by the load generator (`loadkit.load.generator.runtime`), which
+        installs its builder when a scenario imports a loadkit user class:
+        declarations never import the generator.
+        """
+        if not _SHAPE_CLASS:
+            raise UsageError(
+                f"scenario {self.name}: no loadkit user class imported before locust_shape()",
+                hint="import one first: from loadkit.load import InferenceUser",
+            )
+        return _SHAPE_CLASS[-1](self)
 
 
 def auto_users(peak_rate: float) -> int:
@@ -226,6 +226,12 @@ def auto_users(peak_rate: float) -> int:
 
 
 _REGISTRY: list[Scenario] = []
+_SHAPE_CLASS: list[Callable[[Scenario], type]] = []
+
+
+def install_shape_class(build: Callable[[Scenario], type]) -> None:
+    """How `Scenario.locust_shape()` builds Locust's shape class (the generator's runtime)."""
+    _SHAPE_CLASS[:] = [build]
 
 
 def current_scenario() -> Scenario:

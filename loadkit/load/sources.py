@@ -19,16 +19,15 @@ A `RequestSource` built from a plan yields `InferRequest`s:
   (protocol=json, e.g. a recommendation API in front of the model).
 
 Nothing here knows any model's input names: presets for known models (the
-embedded `ranker`) live with those models and are applied by `PRESETS`.
+embedded `ranker`) live with those models and register in `loadkit.load.presets`.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -37,15 +36,15 @@ import numpy as np
 from loadkit.errors import UsageError
 from loadkit.kserve.datatypes import FLOAT_TYPES, INTEGER_TYPES, numpy_dtype
 from loadkit.kserve.metadata import ModelSpec, TensorSpec
+from loadkit.load import presets
+from loadkit.load.input_data import load_input_data
+from loadkit.load.presets import Preset
+from loadkit.load.request_options import DEFAULT_STRING_LENGTH, RequestOptions
 
 DEFAULT_INT_RANGE = (0, 99)  # inclusive; small and non-negative, safe for embedding tables
-DEFAULT_STRING_LENGTH = 16
 # Draw several requests per generator call; a block stays under this size.
 _BLOCK_BYTES = 16 * 1024
 _MAX_BLOCK = 64
-
-# Presets for models we know: name -> "module:function" returning a Preset.
-PRESETS: dict[str, str] = {"ranker": "loadkit.target.requests:ranker_preset"}
 
 
 class InferRequest(NamedTuple):
@@ -81,39 +80,6 @@ def tensors_request(
     """An InferRequest from (name, datatype, array) triples."""
     names, datatypes, arrays = zip(*inputs, strict=True) if inputs else ((), (), ())
     return InferRequest(tuple(names), tuple(datatypes), tuple(arrays), outputs)
-
-
-@dataclass(frozen=True)
-class Preset:
-    """Defaults for a known model: its spec and the options that suit it."""
-
-    spec: ModelSpec
-    shapes: Mapping[str, tuple[int, ...]]
-    int_ranges: Mapping[str, tuple[int, int]]
-
-
-@dataclass(frozen=True)
-class RequestOptions:
-    """What the user said about the requests (`--shape`, `--int-range`, ...)."""
-
-    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    int_ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    string_length: int = DEFAULT_STRING_LENGTH
-    batch_size: int = 1
-    input_data: str = ""
-    params: Mapping[str, Any] = field(default_factory=dict)  # the scenario's, for presets
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> RequestOptions:
-        length = params.get("string_length")
-        return cls(
-            shapes=parse_shapes(str(params.get("shape") or "")),
-            int_ranges=parse_int_ranges(str(params.get("int_range") or "")),
-            string_length=DEFAULT_STRING_LENGTH if length is None else int(length),
-            batch_size=int(params.get("batch_size") or 1),
-            input_data=str(params.get("input_data") or ""),
-            params=dict(params),
-        )
 
 
 @dataclass(frozen=True)
@@ -181,59 +147,11 @@ class RequestPlan:
         )
 
 
-# --------------------------------------------------------------------- option parsing
-def _entries(text: str, flag: str) -> list[tuple[str, str]]:
-    out = []
-    for item in text.replace(";", " ").split():
-        name, sep, value = item.rpartition(":")
-        if not sep or not name or not value:
-            raise UsageError(f"{flag} {item!r} is not NAME:VALUES", hint=f"e.g. {flag} NAME:16")
-        out.append((name, value))
-    return out
-
-
-def parse_shapes(text: str) -> dict[str, tuple[int, ...]]:
-    """`"A:16 B:2,3"` (as `--shape` gives them) -> {A: (16,), B: (2, 3)}."""
-    shapes = {}
-    for name, value in _entries(text, "--shape"):
-        try:
-            dims = tuple(int(d) for d in value.split(","))
-        except ValueError:
-            raise UsageError(f"--shape {name}:{value}: dimensions must be integers") from None
-        if any(d < 1 for d in dims):
-            raise UsageError(f"--shape {name}:{value}: dimensions must be at least 1")
-        shapes[name] = dims
-    return shapes
-
-
-def parse_int_ranges(text: str) -> dict[str, tuple[int, int]]:
-    """`"A:0,999"` -> {A: (0, 999)} (inclusive)."""
-    ranges = {}
-    for name, value in _entries(text, "--int-range"):
-        try:
-            lo, hi = (int(v) for v in value.split(","))
-        except ValueError:
-            raise UsageError(
-                f"--int-range {name}:{value} is not LO,HI", hint="e.g. 0,9999"
-            ) from None
-        if hi < lo:
-            raise UsageError(f"--int-range {name}:{value}: HI is below LO")
-        ranges[name] = (lo, hi)
-    return ranges
-
-
 # --------------------------------------------------------------------- planning
-def load_preset(name: str, params: Mapping[str, Any]) -> Preset:
-    """The preset `name` (a key of PRESETS), given the scenario's parameters."""
-    module, _, func = PRESETS[name].partition(":")
-    preset: Preset = getattr(importlib.import_module(module), func)(params)
-    return preset
-
-
 def matching_preset(spec: ModelSpec, params: Mapping[str, Any]) -> Preset | None:
     """The preset of a known model whose inputs `spec` has exactly, if any."""
-    for name in PRESETS:
-        preset = load_preset(name, params)
+    for name in presets.names():
+        preset = presets.load(name, params)
         if _signature(preset.spec) == _signature(spec):
             return preset
     return None
@@ -309,8 +227,6 @@ def plan_requests(
         raise UsageError(f"string_length must be >= 0, got {options.string_length}")
     outputs = tuple(t.name for t in spec.outputs)
     if options.input_data:
-        from loadkit.load.input_data import load_input_data
-
         load_input_data(Path(options.input_data), spec, options)  # validate now, by step
         return RequestPlan(
             spec.name,
@@ -504,8 +420,6 @@ class InputDataSource(RequestSource):
     """perf_analyzer input-data steps, round-robin; `batch_size` consecutive steps a request."""
 
     def __init__(self, plan: RequestPlan, stream: int = 0, encode: BlockEncoder | None = None):
-        from loadkit.load.input_data import load_input_data
-
         assert plan.spec is not None
         options = RequestOptions(batch_size=plan.batch_size)
         self._steps = load_input_data(Path(plan.input_data), plan.spec, options)

@@ -1,5 +1,8 @@
 """The embedded `ranker` model's request preset: what suits it when its inputs match.
 
+Registered in `loadkit.load.presets` through the `loadkit.request_presets`
+entry point (pyproject.toml), so the load generator never names this module.
+
 `ITEM_IDS` has a variable length (the candidates a request scores), so a
 metadata-built request needs its size: the scenario's `candidates`
 parameter gives it. Item ids are hashed by the model, so any int64 is valid:
@@ -34,7 +37,7 @@ def ranker_spec(max_batch_size: int = 32) -> ModelSpec:
 
 def ranker_preset(params: Mapping[str, Any]) -> Any:
     from loadkit.errors import UsageError
-    from loadkit.load.sources import Preset
+    from loadkit.load.presets import Preset
 
     candidates = int(params.get("candidates") or DEFAULT_CANDIDATES)
     if candidates < 1:
@@ -48,6 +51,7 @@ def ranker_preset(params: Mapping[str, Any]) -> Any:
 
 def ranker_plan(candidates: int = DEFAULT_CANDIDATES) -> Any:
     """The `RequestPlan` a run against the ranker uses (for benchmarks and tests)."""
-    from loadkit.load.sources import RequestOptions, plan_requests
+    from loadkit.load.request_options import RequestOptions
+    from loadkit.load.sources import plan_requests
 
     return plan_requests(ranker_spec(), RequestOptions(params={"candidates": candidates}))

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadkit.load.arrivals import arrival_times
+from loadkit.load.generator.arrivals import arrival_times
 from loadkit.load.orchestrator import run_scenario
 from loadkit.load.shapes import Constant
 from loadkit.load.summary import summarize_run

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loadkit.load.protocols.triton_http import TritonHttpTransport
 from loadkit.load.sources import tensors_request
-from loadkit.load.transports import TritonHttpTransport
 from loadkit.target.server import EmbeddedTriton
 
 pytestmark = pytest.mark.integration

@@ -12,10 +12,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadkit.errors import UsageError
+from loadkit.load.generator.recorder import LatencyRecorder
 from loadkit.load.live import LiveRunReader
 from loadkit.load.metrics_endpoint import MetricsEndpoint
 from loadkit.load.progress import ProgressPrinter, progress_line
-from loadkit.load.recorder import LatencyRecorder
 
 S = 1_000_000_000
 MS = 1_000_000

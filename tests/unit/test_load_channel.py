@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from loadkit.load.channel import (
+from loadkit.load.generator.channel import (
     RECORDS,
     ChannelSink,
     ClockEstimate,
@@ -15,7 +15,7 @@ from loadkit.load.channel import (
     RecordBuffer,
     RecordCollector,
 )
-from loadkit.load.recorder import LatencyRecorder
+from loadkit.load.generator.recorder import LatencyRecorder
 from loadkit.rundir import read_interval_log
 
 T0 = 1_700_000_000 * 1_000_000_000

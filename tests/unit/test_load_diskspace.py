@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from loadkit.load import diskspace
-from loadkit.load.recorder import EXIT_WRITE_FAILED, FileSink
+from loadkit.load.generator.recorder import EXIT_WRITE_FAILED, FileSink
 
 
 def test_needed_bytes_follow_the_soak_benchmark() -> None:

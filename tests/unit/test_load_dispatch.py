@@ -6,7 +6,7 @@ import time
 
 import gevent
 
-from loadkit.load.dispatch import Arrival, ArrivalQueue, OpenModelDispatcher
+from loadkit.load.generator.dispatch import Arrival, ArrivalQueue, OpenModelDispatcher
 from loadkit.load.shapes import Constant
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from loadkit.errors import UsageError
+from loadkit.load.generator.recorder import LatencyRecorder
 from loadkit.load.guard import RunGuard, check_syntax, expand_conditions, parse_condition
 from loadkit.load.live import LiveRunReader
-from loadkit.load.recorder import LatencyRecorder
 
 S = 1_000_000_000
 MS = 1_000_000

@@ -11,7 +11,7 @@ import textwrap
 from collections import defaultdict
 from types import SimpleNamespace
 
-from loadkit.load import locust_stats
+from loadkit.load.generator import locust_stats
 
 
 def _entry(start_s: int, every_fail: int = 0) -> SimpleNamespace:
@@ -49,7 +49,7 @@ def test_locust_reads_the_same_current_rates_after_the_trim():
         """
         import json, time
         from locust.stats import RequestStats
-        from loadkit.load import locust_stats
+        from loadkit.load.generator import locust_stats
 
         stats = RequestStats(use_response_times_cache=True)
         now = int(time.time())
@@ -84,8 +84,8 @@ def test_the_runtime_trims_locust_stats_while_its_recorder_is_open():
         from types import SimpleNamespace
         import gevent
         from locust.stats import RequestStats
-        from loadkit.load import locust_stats
-        from loadkit.load.runtime import LoadRuntime
+        from loadkit.load.generator import locust_stats
+        from loadkit.load.generator.runtime import LoadRuntime
 
         locust_stats.TRIM_EVERY_S = 0.01
         stats = RequestStats(use_response_times_cache=True)

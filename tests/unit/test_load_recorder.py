@@ -9,7 +9,7 @@ import pytest
 
 from loadkit.errors import UsageError
 from loadkit.load.failures import HttpStatusError, classify_failure
-from loadkit.load.recorder import LatencyRecorder
+from loadkit.load.generator.recorder import LatencyRecorder
 from loadkit.load.scenario import Param, Scenario, auto_users
 from loadkit.load.shapes import Constant, Truncated
 from loadkit.rundir import load_run, read_interval_log

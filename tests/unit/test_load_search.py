@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadkit.load.arrivals import arrival_times
+from loadkit.load.generator.arrivals import arrival_times
 from loadkit.load.search import Bracket, SearchSettings, stable
 from loadkit.load.shapes import RateSchedule, Steered
 

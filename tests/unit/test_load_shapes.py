@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loadkit.errors import UsageError
-from loadkit.load.arrivals import arrival_times, counts_per_second
+from loadkit.load.generator.arrivals import arrival_times, counts_per_second
 from loadkit.load.shapes import (
     Burst,
     Constant,

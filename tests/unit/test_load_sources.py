@@ -20,16 +20,14 @@ from loadkit.kserve.metadata import (
     server_words,
 )
 from loadkit.load.failures import HttpStatusError, error_message
+from loadkit.load.generator.recorder import MESSAGES_PER_KIND, LatencyRecorder
 from loadkit.load.preflight import read_model, resolve_model
-from loadkit.load.recorder import MESSAGES_PER_KIND, LatencyRecorder
+from loadkit.load.request_options import RequestOptions, parse_int_ranges, parse_shapes
 from loadkit.load.sources import (
     BodySource,
     InputDataSource,
-    RequestOptions,
     SyntheticSource,
     build_source,
-    parse_int_ranges,
-    parse_shapes,
     plan_bodies,
     plan_requests,
 )

@@ -14,14 +14,12 @@ from tritonclient.utils import InferenceServerException
 
 from loadkit.kserve.metadata import ModelSpec
 from loadkit.load.failures import classify_failure, error_message
-from loadkit.load.sources import RequestOptions, build_source, plan_requests
-from loadkit.load.transports import (
-    JsonHttpTransport,
-    TritonGrpcTransport,
-    TritonHttpTransport,
-    _http_error,
-    kserve_v2_json,
-)
+from loadkit.load.protocols.json_http import JsonHttpTransport
+from loadkit.load.protocols.triton_grpc import TritonGrpcTransport
+from loadkit.load.protocols.triton_http import TritonHttpTransport, _http_error
+from loadkit.load.request_options import RequestOptions
+from loadkit.load.sources import build_source, plan_requests
+from loadkit.load.transports import kserve_v2_json
 from loadkit.target.requests import ranker_plan
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "doc_ranker_input.json"
@@ -163,11 +161,11 @@ def test_an_http_error_keeps_the_servers_words_and_classifies_as_tritonclients_w
 
 
 def test_raw_bytes_are_row_major_copies_of_views() -> None:
-    from loadkit.load.transports import _raw_bytes
+    from loadkit.load.transports import raw_bytes
 
     block = np.arange(24, dtype=np.int64).reshape(2, 3, 4)
     view = block[1, :, ::2]  # not contiguous
-    assert _raw_bytes("INT64", view) == np.ascontiguousarray(view).tobytes()
+    assert raw_bytes("INT64", view) == np.ascontiguousarray(view).tobytes()
 
 
 def test_the_http_client_checks_a_kept_connection_without_yielding_to_the_event_loop(

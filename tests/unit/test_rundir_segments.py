@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from loadkit.load.recorder import LatencyRecorder, reservoir_size
+from loadkit.load.generator.recorder import LatencyRecorder, reservoir_size
 from loadkit.rundir import JsonlWriter, RunWriter, load_run
 from loadkit.rundir import writer as writer_module
 from loadkit.rundir.layout import REQUESTS_DIR, TELEMETRY_DIR

@@ -1,7 +1,7 @@
 """The loadkit side of one Locust process: recorder, dispatcher, events, shape class.
 
-Importing `loadkit.load.users` (every scenario does) attaches this runtime to
-Locust's events. Per process it:
+Importing `loadkit.load.generator.users` (every scenario does, through
+`loadkit.load`) attaches this runtime to Locust's events. Per process it:
 
 - finds the run directory (`LOADKIT_RUN_DIR`, set by `loadkit run`); when a
   scenario runs under plain `locust -f`, the master (or local) process
@@ -40,10 +40,10 @@ from locust.exception import StopUser
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from loadkit.environment import run_environment
-from loadkit.load import channel, locust_stats, webui
-from loadkit.load.dispatch import OpenModelDispatcher
-from loadkit.load.recorder import INTERVAL_NS, FileSink, LatencyRecorder
-from loadkit.load.scenario import (
+from loadkit.load.generator import channel, locust_stats, webui
+from loadkit.load.generator.dispatch import OpenModelDispatcher
+from loadkit.load.generator.recorder import INTERVAL_NS, FileSink, LatencyRecorder
+from loadkit.load.handoff import (
     ENV_DURATION,
     ENV_PARAMS,
     ENV_PROCESS,
@@ -52,9 +52,12 @@ from loadkit.load.scenario import (
     ENV_SEED,
     ENV_WORKER_COUNT,
     ENV_WORKER_INDEX,
+)
+from loadkit.load.scenario import (
     ResolvedScenario,
     Scenario,
     current_scenario,
+    install_shape_class,
     manifest_scenario,
 )
 from loadkit.load.shapes import Phase
@@ -158,14 +161,12 @@ class LoadRuntime:
             if raw:
                 self._plan = RequestPlan.from_json(json.loads(raw))
             else:
-                from loadkit.kserve.metadata import open_client
+                from loadkit.load import protocols
                 from loadkit.load.preflight import plan_for
 
-                if protocol == "grpc":
-                    from loadkit.load.transports import init_grpc_gevent
-
-                    init_grpc_gevent()
-                with open_client(host, protocol) as client:
+                entry = protocols.get(protocol)
+                entry.prepare_process()
+                with entry.open_client(host) as client:
                     self._plan, _ = plan_for(client, protocol, self.resolved.params)
         return self._plan
 
@@ -645,3 +646,6 @@ def make_shape_class(scenario: Scenario) -> type[LoadTestShape]:
 
     LoadkitShape.__name__ = f"LoadkitShape_{scenario.name}"
     return LoadkitShape
+
+
+install_shape_class(make_shape_class)  # `Scenario.locust_shape()` builds it

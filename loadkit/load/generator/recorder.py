@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 from hdrh.histogram import HdrHistogram
 
+from loadkit.load.handoff import EXIT_WRITE_FAILED
 from loadkit.rundir import IntervalLogWriter, JsonlWriter, append_event, new_histogram
 from loadkit.rundir.layout import LATENCY_DIR, LOAD_DIR, REQUESTS_DIR
 from loadkit.rundir.schema import LoadRow, RequestRow
@@ -85,10 +86,10 @@ class RecordSink(Protocol):
     def close(self) -> None: ...
 
 
-# A Locust process started by `loadkit run` exits with this status when it cannot write
-# the run directory (a full disk, a read-only or removed directory): the load stops at
-# once, and the orchestrator says so in one line (`orchestrator.RunDirectoryFailure`).
-EXIT_WRITE_FAILED = 74  # EX_IOERR
+# A Locust process started by `loadkit run` exits with EXIT_WRITE_FAILED (the hand-off's)
+# when it cannot write the run directory (a full disk, a read-only or removed directory):
+# the load stops at once, and the orchestrator says so in one line
+# (`orchestrator.RunDirectoryFailure`).
 
 
 def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:

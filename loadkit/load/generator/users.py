@@ -2,7 +2,10 @@
 
 Subclass one in a scenario file (`class Ranker(InferenceUser): pass`).
 `InferenceUser` picks its transport from the scenario's `protocol`
-parameter; `TritonHttpUser`, `TritonGrpcUser` and `JsonHttpUser` fix it.
+parameter; each protocol's own user class (`TritonHttpUser`,
+`TritonGrpcUser`, `JsonHttpUser`, ...: `user_class` in the protocol
+registry, `loadkit.load.protocols`) fixes it, and is built here from the
+registry.
 
 Open model: each user takes scheduled arrivals from the process's
 dispatcher; closed model: each user sends back to back (after `wait_time`).
@@ -21,10 +24,12 @@ from gevent import GreenletExit
 from locust import User, constant, task
 from locust.user.users import LOCUST_STATE_STOPPING
 
+from loadkit.load import protocols
 from loadkit.load.failures import CANCELLED, classify_failure, error_message
-from loadkit.load.runtime import LoadRuntime, get_runtime
+from loadkit.load.generator.runtime import LoadRuntime, get_runtime
+from loadkit.load.protocols import Protocol
 from loadkit.load.sources import RequestSource, build_source
-from loadkit.load.transports import JsonBody, Transport, make_transport
+from loadkit.load.transports import JsonBody, Transport
 
 _IDLE_SLEEP_S = 0.1  # between checks for a dispatcher, before the first and after the last
 
@@ -52,8 +57,7 @@ class InferenceUser(User):
         self._churn = bool(params["churn"])
         body = type(self).json_body
         plan = runtime.request_plan(self.host or "", protocol)
-        self._transport = make_transport(
-            protocol,
+        self._transport = protocols.get(protocol).make_transport(
             self.host or "",
             plan.model,
             timeout_s=float(params["timeout_s"]),
@@ -157,16 +161,22 @@ class InferenceUser(User):
         return done_mono
 
 
-class TritonHttpUser(InferenceUser):
-    abstract = True
-    protocol = "http"
+def fixed_protocol_user(protocol: Protocol) -> type[InferenceUser]:
+    """The abstract user class that always speaks `protocol` (`protocol.user_class`)."""
+    return type(
+        protocol.user_class,
+        (InferenceUser,),
+        {
+            "__module__": __name__,
+            "__doc__": f"An InferenceUser that always speaks {protocol.name} ({protocol.help}).",
+            "abstract": True,
+            "protocol": protocol.name,
+        },
+    )
 
 
-class TritonGrpcUser(InferenceUser):
-    abstract = True
-    protocol = "grpc"
-
-
-class JsonHttpUser(InferenceUser):
-    abstract = True
-    protocol = "json"
+# TritonHttpUser, TritonGrpcUser, JsonHttpUser, ...: one per registered protocol.
+USER_CLASSES: dict[str, type[InferenceUser]] = {
+    p.user_class: fixed_protocol_user(p) for p in protocols.REGISTRY
+}
+globals().update(USER_CLASSES)

@@ -22,8 +22,8 @@ from typing import NamedTuple
 import gevent
 from gevent.hub import Waiter, get_hub
 
-from loadkit.load.arrivals import arrival_times
-from loadkit.load.recorder import LatencyRecorder
+from loadkit.load.generator.arrivals import arrival_times
+from loadkit.load.generator.recorder import LatencyRecorder
 from loadkit.load.shapes import Phase, Shape
 
 # Longest single sleep of the scheduler: it wakes this often to emit phases and drop stale arrivals.

@@ -31,7 +31,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from loadkit.load.recorder import FileSink
+from loadkit.load.generator.recorder import FileSink
 from loadkit.rundir.schema import LoadRow, RequestRow
 
 RECORDS = "loadkit-records"  # worker -> master: one interval's records
