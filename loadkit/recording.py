@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loadkit.environment import run_environment
@@ -68,35 +67,21 @@ class Recording:
     def create(
         cls,
         *,
-        out_dir: str | os.PathLike[str] = "reports",
-        run_id: str | None = None,
-        kind: str = "load",
-        scenario: dict[str, Any] | None = None,
-        target: dict[str, Any] | None = None,
-        slo: dict[str, Any] | None = None,
         environment: Mapping[str, Any] | None = None,
         server: dict[str, Any] | None = None,
-        command_line: list[str] | None = None,
+        **run: Any,
     ) -> Recording:
         """A new run directory (`status: running`).
 
-        `environment` defaults to this host's (`environment.run_environment`);
-        `server` is the target's metadata (`environment.server`), when it was read.
+        `run`: `RunWriter.create`'s keywords (out_dir, run_id, kind, scenario,
+        target, slo, command_line). `environment` defaults to this host's
+        (`environment.run_environment`); `server` is the target's metadata
+        (`environment.server`), when it was read.
         """
         environment = dict(environment) if environment is not None else run_environment()
         if server is not None:
             environment["server"] = server
-        writer = RunWriter.create(
-            out_dir=out_dir,
-            run_id=run_id,
-            kind=kind,
-            scenario=scenario,
-            target=target,
-            slo=slo,
-            environment=environment,
-            command_line=command_line,
-        )
-        return cls(writer)
+        return cls(RunWriter.create(environment=environment, **run))
 
     @classmethod
     def join(cls, run_dir: str | os.PathLike[str]) -> Recording:
@@ -249,10 +234,5 @@ class Recording:
     def __enter__(self) -> Recording:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self.finish("aborted" if exc_type is not None else "complete")
