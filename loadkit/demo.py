@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from loadkit.errors import UsageError
 from loadkit.load.catalog import builtin_path
-from loadkit.rundir import RunWriter, load_run
+from loadkit.recording import Recording
+from loadkit.rundir import load_run
 from loadkit.rundir.layout import ANALYSIS_FILE, REPORT_FILE
 
 DEMO_SCENARIO = "burst_2x"
@@ -87,14 +87,12 @@ def run_demo(
     from loadkit.load.orchestrator import TelemetryOptions, run_scenario
     from loadkit.target import EmbeddedTriton
     from loadkit.target.runtime import find_runtime
-    from loadkit.telemetry.simgpu_runner import start_simulated_gpu
 
     s = settings or DemoSettings()
     find_runtime()  # the `target` extra: say how to get it before anything starts
     scenario = find_scenario()
     workdir = Path(tempfile.mkdtemp(prefix="loadkit-demo-"))
     state_path = workdir / "sim_gpu_state.json"
-    sim_gpu: list[Any] = []
 
     say(
         f"[1/4] starting the real Triton server (ranker model, dynamic batching "
@@ -114,24 +112,21 @@ def run_demo(
     with triton:
         say(f"      Triton ready: {triton.http_url} (pid {triton.pid})")
 
-        def start_gpu(writer: RunWriter) -> None:
+        def start_gpu(recording: Recording) -> None:
             say(
                 f"      simulated GPU: cooling fault every {s.cooling_fault_period_s:g} s "
                 f"for {s.cooling_fault_duration_s:g} s (ground truth in events.jsonl)"
             )
-            sim_gpu.append(
-                start_simulated_gpu(
-                    state_path,
-                    triton.http_url,
-                    model=triton.model_name,
-                    run_dir=writer.path,
-                    cooling_fault_period_s=s.cooling_fault_period_s,
-                    cooling_fault_duration_s=s.cooling_fault_duration_s,
-                )
-            )
-            writer.add_note(
-                "GPU is simulated: a thermal model driven by the ranker's real busy time; "
-                "throttling really slows the model's (simulated) accelerator time"
+            # The recording stops it, after the samplers that read it.
+            recording.start_simulated_gpu(
+                state_path,
+                triton.http_url,
+                model=triton.model_name,
+                cooling_fault_period_s=s.cooling_fault_period_s,
+                cooling_fault_duration_s=s.cooling_fault_duration_s,
+                note="GPU is simulated: a thermal model driven by the ranker's real busy time; "
+                "throttling really slows the model's (simulated) accelerator time",
+                describe=False,  # its schedule is in the manifest's `demo`
             )
 
         say(
@@ -147,36 +142,32 @@ def run_demo(
             "fall_s": s.fall_s,
             "recover_s": s.recover_s,
         }
-        try:
-            run_dir = run_scenario(
-                scenario,
-                triton.http_url,
-                seed=s.seed,
-                out_dir=s.out_dir,
-                run_id=s.run_id,
-                params=params,
-                show_progress=s.show_progress,
-                before_start=start_gpu,
-                extra_manifest={
-                    "target": {"embedded": True, "model": triton.model_name},
-                    "environment": {"server": triton.describe()},
-                    "demo": {
-                        "cooling_fault_period_s": s.cooling_fault_period_s,
-                        "cooling_fault_duration_s": s.cooling_fault_duration_s,
-                    },
+        run_dir = run_scenario(
+            scenario,
+            triton.http_url,
+            seed=s.seed,
+            out_dir=s.out_dir,
+            run_id=s.run_id,
+            params=params,
+            show_progress=s.show_progress,
+            before_start=start_gpu,
+            extra_manifest={
+                "target": {"embedded": True, "model": triton.model_name},
+                "environment": {"server": triton.describe()},
+                "demo": {
+                    "cooling_fault_period_s": s.cooling_fault_period_s,
+                    "cooling_fault_duration_s": s.cooling_fault_duration_s,
                 },
-                telemetry=TelemetryOptions(
-                    gpu="sim",
-                    triton_url=triton.http_url,
-                    metrics_url=triton.metrics_url,
-                    server_pid=triton.pid,
-                    extra={"sim_gpu_state": state_path},
-                ),
-                command_line=list(sys.argv),
-            )
-        finally:
-            for gpu in sim_gpu:
-                gpu.stop()
+            },
+            telemetry=TelemetryOptions(
+                gpu="sim",
+                triton_url=triton.http_url,
+                metrics_url=triton.metrics_url,
+                server_pid=triton.pid,
+                extra={"sim_gpu_state": state_path},
+            ),
+            command_line=list(sys.argv),
+        )
         say("      stopping Triton")
     return _analyze_and_report(run_dir, say)
 

@@ -67,7 +67,8 @@ from loadkit.faults import (
     ThermalFault,
 )
 from loadkit.load.orchestrator import run_scenario
-from loadkit.rundir import RunWriter, append_event, update_manifest
+from loadkit.recording import Recording
+from loadkit.rundir import append_event, update_manifest
 from loadkit.target import EmbeddedTriton
 from loadkit.telemetry.supervisor import SamplerSet
 
@@ -610,7 +611,7 @@ class _Faults:
         self.run_dir: Path | None = None
         self.samplers: SamplerSet | None = None
 
-    def _record_sources(self, writer: RunWriter) -> None:
+    def _record_sources(self, writer: Recording) -> None:
         assert self.samplers is not None
         info = self.samplers.manifest_info()
         env = dict(writer.manifest.get("environment") or {})
@@ -620,7 +621,7 @@ class _Faults:
         }
         writer.update(environment=env, sources=info["sources"])
 
-    def start(self, writer: RunWriter) -> None:
+    def start(self, writer: Recording) -> None:
         """Before Locust starts: simulated GPU, samplers (settled), then the injectors."""
         run_dir = self.run_dir = writer.path
         scenario = dict(writer.manifest.get("scenario") or {})

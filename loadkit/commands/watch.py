@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from loadkit import lifeline
 from loadkit.errors import UsageError
-from loadkit.rundir import RunWriter
+from loadkit.recording import Recording
 from loadkit.telemetry.gpu import GPU_CHOICES
 
 HELP = "record telemetry (GPU, host, Triton stats/metrics) from a live service"
@@ -106,7 +106,7 @@ def _default_metrics_url(triton_url: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from loadkit.endpoint import HTTP_SCHEMES, parse_endpoint
-    from loadkit.telemetry import SIM_GPU_STATE_FILE, SamplerSet, start_simulated_gpu
+    from loadkit.telemetry import SIM_GPU_STATE_FILE
     from loadkit.telemetry.probe import Prober
 
     if args.triton:
@@ -131,43 +131,35 @@ def run(args: argparse.Namespace) -> int:
         if args.triton
         else None
     )
-    writer = RunWriter.create(
+    recording = Recording.create(
         out_dir=args.out,
         run_id=args.run_id,
         kind="watch",
         scenario={"name": "watch", "path": None, "params": {"duration_s": args.duration}},
         target=target,
-        environment=_environment(),
     )
     if args.triton:
-        env = dict(writer.manifest.get("environment") or {})
-        env["server"] = _server(args.triton, args.models)
-        writer.update(environment=env)
-    print(f"watching for {args.duration:g}s; run directory {writer.path}", file=sys.stderr)
-    sim: Any = None
+        recording.set_environment(server=_server(args.triton, args.models))
+    print(f"watching for {args.duration:g}s; run directory {recording.path}", file=sys.stderr)
     prober: Any = None
-    samplers: Any = None
-    status = "aborted"
-    # SIGINT and SIGTERM end the watch early; what was recorded is kept.
-    with lifeline.stop_signals():
+    # SIGINT and SIGTERM end the watch early (`aborted`); what was recorded is kept.
+    with lifeline.stop_signals(), recording:
         try:
             sim_state = args.sim_gpu_state
             if args.gpu == "sim" and sim_state is None:
-                sim_state = writer.path / SIM_GPU_STATE_FILE
-                sim = start_simulated_gpu(
+                sim_state = recording.path / SIM_GPU_STATE_FILE
+                recording.start_simulated_gpu(
                     sim_state,
                     args.triton,
                     model=(args.models or ["ranker"])[0],
-                    run_dir=writer.path,
                     cooling_fault_period_s=args.cooling_fault_period,
                     cooling_fault_duration_s=args.cooling_fault_duration,
+                    note="GPU telemetry is simulated (driven by the watched server's compute "
+                    "time); the watched server is not slowed by it",
                 )
-                writer.add_note(
-                    "GPU telemetry is simulated (driven by the watched server's compute time); "
-                    "the watched server is not slowed by it"
-                )
-            samplers = SamplerSet.start(
-                writer.path,
+            recording.start_samplers(
+                wait_s=15.0,
+                note_simulated=True,
                 gpu=args.gpu,
                 triton_url=args.triton,
                 triton_models=args.models,
@@ -177,36 +169,18 @@ def run(args: argparse.Namespace) -> int:
                 metrics_patterns=args.metrics_patterns,
                 sim_gpu_state=sim_state,
             )
-            samplers.wait_started(15.0)
-            _record_sources(writer, samplers, sim)
             if args.probe_rate:
                 model = (args.models or [None])[0] or _first_model(args.triton)
-                prober = Prober(writer.path, args.triton, model, args.probe_rate).start()
+                prober = Prober(recording.path, args.triton, model, args.probe_rate).start()
             deadline = time.monotonic() + args.duration
             while (left := deadline - time.monotonic()) > 0:
                 time.sleep(min(1.0, left))
-            status = "complete"
         finally:
             if prober is not None:
                 prober.stop()
-            if samplers is not None:
-                samplers.stop()
-                _record_sources(writer, samplers, sim)
-            if sim is not None:
-                sim.stop()
-            writer.finalize(status)
-    print(f"recorded {writer.path}", file=sys.stderr)
-    print(f"next: loadkit analyze {writer.path}", file=sys.stderr)
+    print(f"recorded {recording.path}", file=sys.stderr)
+    print(f"next: loadkit analyze {recording.path}", file=sys.stderr)
     return 0
-
-
-def _environment() -> dict[str, Any]:
-    try:
-        from loadkit.environment import collect_host
-
-        return {"host": collect_host()}
-    except Exception:  # noqa: BLE001 - metadata must never stop an incident recording
-        return {"host": {}}
 
 
 def _server(url: str, models: list[str] | None) -> dict[str, Any]:
@@ -219,21 +193,6 @@ def _server(url: str, models: list[str] | None) -> dict[str, Any]:
             return describe_server(client, models)
     except LoadkitError as exc:  # an incident recording goes on without it
         return {"not_recorded": [f"server metadata: {exc.message}"]}
-
-
-def _record_sources(writer: RunWriter, samplers: Any, sim: Any) -> None:
-    info = samplers.manifest_info()
-    env = dict(writer.manifest.get("environment") or {})
-    env["gpu"] = dict(info["gpu"])
-    if sim is not None:
-        env["gpu"]["simulator"] = sim.describe()
-    changes: dict[str, Any] = {"environment": env, "sources": info["sources"]}
-    if info["gpu"].get("kind") == "simulated":
-        notes = list(writer.manifest.get("notes") or [])
-        if "GPU telemetry is simulated" not in notes:
-            notes.append("GPU telemetry is simulated")
-        changes["notes"] = notes
-    writer.update(**changes)
 
 
 def _first_model(triton_url: str) -> str:

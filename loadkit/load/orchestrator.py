@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from loadkit import lifeline
-from loadkit.environment import run_environment
 from loadkit.errors import LoadkitError, TargetError, UsageError
 from loadkit.load.catalog import resolve_scenario
 from loadkit.load.describe import describe_scenario
@@ -61,6 +60,7 @@ from loadkit.load.live import LiveRunReader, LiveSnapshot
 from loadkit.load.metrics_endpoint import MetricsEndpoint
 from loadkit.load.progress import ProgressPrinter
 from loadkit.load.scenario import manifest_scenario
+from loadkit.recording import Recording
 from loadkit.rundir import RunWriter
 
 LOGS_DIR = "logs"
@@ -114,59 +114,6 @@ def _requests_manifest(plan: Mapping[str, Any], latency_ms: float | None) -> dic
     out = {k: v for k, v in plan.items() if k not in ("spec", "model")}
     out["preflight_ms"] = None if latency_ms is None else round(latency_ms, 3)
     return out
-
-
-def _merge_manifest(writer: RunWriter, extra: Mapping[str, Any]) -> None:
-    """Merge `extra` into the manifest: dicts one level deep, lists extended."""
-    changes: dict[str, Any] = {}
-    for key, value in extra.items():
-        current = writer.manifest.get(key)
-        if isinstance(current, dict) and isinstance(value, Mapping):
-            changes[key] = {**current, **value}
-        elif isinstance(current, list) and isinstance(value, list):
-            changes[key] = current + value
-        else:
-            changes[key] = value
-    writer.update(**changes)
-
-
-# --------------------------------------------------------------------- telemetry hook
-class _Telemetry:
-    """Optional samplers from `loadkit.telemetry.supervisor`; absent module = no samplers."""
-
-    def __init__(self, options: TelemetryOptions | None):
-        self.options = options
-        self.samplers: Any = None
-
-    def start(self, writer: RunWriter) -> None:
-        if self.options is None or not self.options.enabled:
-            return
-        from loadkit.telemetry.supervisor import SamplerSet
-
-        o = self.options
-        self.samplers = SamplerSet.start(
-            writer.path,
-            gpu=o.gpu,
-            triton_url=o.triton_url,
-            metrics_url=o.metrics_url,
-            server_pid=o.server_pid,
-            **o.extra,
-        )
-        info: dict[str, Any] = getattr(self.samplers, "manifest_info", dict)()
-        if info:
-            env = dict(writer.manifest.get("environment") or {})
-            if "gpu" in info:
-                env["gpu"] = info["gpu"]
-            writer.update(environment=env, sources=info.get("sources", []))
-
-    def stop(self, writer: RunWriter) -> None:
-        if self.samplers is None:
-            return
-        self.samplers.stop()
-        info: dict[str, Any] = getattr(self.samplers, "manifest_info", dict)()
-        if info.get("sources"):
-            writer.update(sources=info["sources"])
-        self.samplers = None
 
 
 # --------------------------------------------------------------------- Locust processes
@@ -425,7 +372,7 @@ class RunOptions:
     live: LiveOptions = field(default_factory=LiveOptions)
     telemetry: TelemetryOptions | None = None
     extra_manifest: Mapping[str, Any] | None = None
-    before_start: Callable[[RunWriter], None] | None = None
+    before_start: Callable[[Recording], None] | None = None
     command_line: list[str] | None = None
 
     @classmethod
@@ -538,6 +485,7 @@ class LoadRun:
         self.failure: str | None = None
         self.breach: Breach | None = None
         self.procs: LocustProcesses | None = None
+        self.recording: Recording | None = None
         self.writer: RunWriter | None = None
         self.disk: DiskGuard | None = None
         self.disk_failure: str | None = None  # the one line when the run directory failed
@@ -578,12 +526,10 @@ class LoadRun:
         self.resolved_params: dict[str, Any] = info["params"]
         preflight: dict[str, Any] = info["preflight"]
         self.plan: dict[str, Any] = preflight["plan"]
-        environment = run_environment()
-        environment["server"] = preflight["server"]
         self.endpoint = MetricsEndpoint(*live.serve_metrics) if live.serve_metrics else None
         if self.endpoint is not None:
             self._stack.callback(self.endpoint.close)
-        self.writer = writer = RunWriter.create(
+        self.recording = recording = Recording.create(
             out_dir=o.out_dir,
             run_id=o.run_id,
             kind="load",
@@ -598,9 +544,10 @@ class LoadRun:
                 "requests": _requests_manifest(self.plan, preflight.get("latency_ms")),
             },
             slo=info.get("slo"),
-            environment=environment,
+            server=preflight["server"],
             command_line=o.command_line,
         )
+        self.writer = writer = recording.writer
         writer.update(abort_on=[c.text for c in conditions], abort=None)
         if self.endpoint is not None:
             writer.update(metrics_endpoint=self.endpoint.url)
@@ -612,7 +559,7 @@ class LoadRun:
             )
             print(f"Serving live metrics at {self.endpoint.url}", file=sys.stderr)
         if o.extra_manifest:
-            _merge_manifest(writer, o.extra_manifest)
+            recording.merge(o.extra_manifest)
         self.printer = (
             ProgressPrinter(plain_every_s=live.progress_every_s) if live.show_progress else None
         )
@@ -629,14 +576,21 @@ class LoadRun:
 
     def _start(self) -> None:
         o = self.options
-        writer = self.writer
-        assert writer is not None
+        writer, recording = self.writer, self.recording
+        assert writer is not None and recording is not None
         # SIGINT and SIGTERM raise KeyboardInterrupt while the run is in progress.
         self._stack.enter_context(lifeline.stop_signals())
         if o.before_start is not None:
-            o.before_start(writer)
-        self.telemetry = _Telemetry(o.telemetry)
-        self.telemetry.start(writer)
+            o.before_start(recording)
+        t = o.telemetry
+        if t is not None and t.enabled:
+            recording.start_samplers(
+                gpu=t.gpu,
+                triton_url=t.triton_url,
+                metrics_url=t.metrics_url,
+                server_pid=t.server_pid,
+                **t.extra,
+            )
         env = {
             ENV_RUN_DIR: str(writer.path.resolve()),
             ENV_PARAMS: json.dumps(self.overrides),
@@ -805,10 +759,9 @@ class LoadRun:
             procs.stop(_KILL_GRACE_S)
         if procs is not None:
             procs.close()
+        assert self.recording is not None
         try:
-            telemetry = getattr(self, "telemetry", None)
-            if telemetry is not None:
-                telemetry.stop(writer)
+            self.recording.stop_telemetry()
         finally:
             distributed = distributed_manifest(writer.path)
             if distributed is not None:
@@ -824,7 +777,7 @@ class LoadRun:
                 self._refresh(final=True)
             if getattr(self, "printer", None) is not None:
                 self.printer.finish()  # type: ignore[union-attr]
-            writer.finalize(self.status)
+            self.recording.finish(self.status)
 
 
 def run_scenario(scenario_path: str | os.PathLike[str], target_url: str, **keywords: Any) -> Path:

@@ -39,7 +39,6 @@ from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
-from loadkit.environment import run_environment
 from loadkit.load.generator import channel, locust_stats, webui
 from loadkit.load.generator.dispatch import OpenModelDispatcher
 from loadkit.load.generator.recorder import INTERVAL_NS, FileSink, LatencyRecorder
@@ -62,7 +61,8 @@ from loadkit.load.scenario import (
 )
 from loadkit.load.shapes import Phase
 from loadkit.load.sources import RequestPlan
-from loadkit.rundir import RunWriter, append_event
+from loadkit.recording import Recording
+from loadkit.rundir import append_event
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class LoadRuntime:
         env_dir = os.environ.get(ENV_RUN_DIR)
         self.run_dir: Path | None = Path(env_dir) if env_dir else None
         self.standalone = env_dir is None
-        self.owned_run: RunWriter | None = None
+        self.owned_run: Recording | None = None
         self.last_run_dir: Path | None = None  # kept after a stop, for the web UI's tab
         self._worker_index_env = os.environ.get(ENV_WORKER_INDEX)
         self._worker_count_env = os.environ.get(ENV_WORKER_COUNT)
@@ -178,7 +178,7 @@ class LoadRuntime:
         params = self.resolved.params
         runner = self.environment.runner
         workers = runner.worker_count if isinstance(runner, MasterRunner) else 0
-        self.owned_run = RunWriter.create(
+        self.owned_run = Recording.create(
             out_dir="reports",
             kind="load",
             scenario=manifest_scenario(
@@ -191,7 +191,6 @@ class LoadRuntime:
                 "embedded": False,
             },
             slo=self.scenario.slo,
-            environment=run_environment(),
             command_line=list(sys.argv),
         )
         self.owned_run.add_note("recorded by `locust -f` without `loadkit run`")
@@ -536,7 +535,7 @@ class LoadRuntime:
             self.collector = None
         if self.owned_run is not None:
             self.last_run_dir = self.owned_run.path
-            self.owned_run.finalize("complete" if self.shape_done else "aborted")
+            self.owned_run.finish("complete" if self.shape_done else "aborted")
             self.owned_run = None
             self.run_dir = None if self.standalone else self.run_dir
         self.dispatcher = None
