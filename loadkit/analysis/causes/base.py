@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy import stats
@@ -71,9 +71,8 @@ class Signals:
     offered_rps: np.ndarray
     throughput_rps: np.ndarray
     in_flight: np.ndarray
-    gpu: GpuSeries | None
-    host: HostSeries | None
-    triton: TritonSeries | None
+    # Each telemetry source's aligned series by source name (loadkit/analysis/sources.py).
+    sources: dict[str, Any]
     samples: RequestSampleSeries | None
     max_batch_size: int | None
     max_queue_delay_ms: float | None
@@ -90,6 +89,31 @@ class Signals:
     @property
     def n(self) -> int:
         return len(self.starts_ns)
+
+    # Typed accessors to the sources the causes read.
+    @property
+    def gpu(self) -> GpuSeries | None:
+        return self.sources.get("gpu")
+
+    @gpu.setter
+    def gpu(self, series: GpuSeries | None) -> None:
+        self.sources["gpu"] = series
+
+    @property
+    def host(self) -> HostSeries | None:
+        return self.sources.get("host")
+
+    @host.setter
+    def host(self, series: HostSeries | None) -> None:
+        self.sources["host"] = series
+
+    @property
+    def triton(self) -> TritonSeries | None:
+        return self.sources.get("triton_stats")
+
+    @triton.setter
+    def triton(self, series: TritonSeries | None) -> None:
+        self.sources["triton_stats"] = series
 
 
 @dataclass
