@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 from loadkit import lifeline
 from loadkit.errors import UsageError
 from loadkit.rundir.layout import TELEMETRY_DIR
-from loadkit.telemetry.base import SamplerOptions, SamplerSpec
+from loadkit.telemetry.base import SamplerOptions, SamplerSpec, SourcePlan
 from loadkit.telemetry.gpu import GPU_CHOICES
 from loadkit.telemetry.sources import DEFAULT_RATES_HZ, REGISTRY
 
@@ -32,6 +33,23 @@ STOP_GRACE_S = 3.0
 KILL_WAIT_S = 30.0  # after SIGKILL: the kernel still has to schedule the exit
 
 log = logging.getLogger(__name__)
+
+
+def sampling_rates(rates: Mapping[str, float | None] | None) -> dict[str, float]:
+    """Every source's rate in Hz: its default, else the one given (which must be positive)."""
+    hz = dict(DEFAULT_RATES_HZ)
+    for name, value in (rates or {}).items():
+        if value is None or value <= 0:
+            raise UsageError(f"sampling rate for {name!r} must be positive, got {value}")
+        hz[name] = float(value)
+    return hz
+
+
+def plan_sources(
+    options: SamplerOptions, rates_hz: Mapping[str, float]
+) -> list[tuple[str, SourcePlan]]:
+    """Each registered source's plan for this run, in registry order; nothing is started."""
+    return [(s.name, s.plan(options, 1.0 / rates_hz[s.name])) for s in REGISTRY]
 
 
 @dataclass
@@ -109,11 +127,6 @@ class SamplerSet:
             )
         run_dir = Path(run_dir)
         (run_dir / TELEMETRY_DIR).mkdir(parents=True, exist_ok=True)
-        hz = dict(DEFAULT_RATES_HZ)
-        for name, value in (rates or {}).items():
-            if value is None or value <= 0:
-                raise UsageError(f"sampling rate for {name!r} must be positive, got {value}")
-            hz[name] = float(value)
         options = SamplerOptions(
             run_dir=run_dir,
             gpu=gpu,
@@ -125,21 +138,17 @@ class SamplerSet:
             sim_gpu_state=sim_gpu_state,
             extra=source_options,
         )
-
         specs: list[SamplerSpec] = []
         warnings: list[str] = []
         environment: dict[str, Any] = {}
         unavailable: list[tuple[str, str]] = []
-        for source in REGISTRY:
-            plan = source.plan(options, 1.0 / hz[source.name])
+        for name, plan in plan_sources(options, sampling_rates(rates)):
             if plan.environment is not None:
-                environment[source.name] = dict(plan.environment)
+                environment[name] = dict(plan.environment)
             if plan.warning:
                 warnings.append(plan.warning)
-                unavailable.append((source.name, plan.warning))
-                print(
-                    f"WARNING: telemetry {source.name}: {plan.warning}", file=sys.stderr, flush=True
-                )
+                unavailable.append((name, plan.warning))
+                print(f"WARNING: telemetry {name}: {plan.warning}", file=sys.stderr, flush=True)
             if plan.spec is not None:
                 specs.append(plan.spec)
 
