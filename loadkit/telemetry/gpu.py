@@ -370,7 +370,7 @@ def _sim_sampler(spec: SamplerSpec) -> Sampler:
 
 def plan_gpu(options: SamplerOptions, interval_s: float) -> SourcePlan:
     """environment.gpu and the GPU sampler for `--gpu auto|nvml|sim|none`."""
-    from loadkit.telemetry.simgpu_runner import SIM_GPU_STATE_FILE
+    from loadkit.telemetry.simgpu import SIM_GPU_STATE_FILE
 
     gpu, server_pid = options.gpu, options.server_pid
     if gpu == "none":
