@@ -65,11 +65,8 @@ from loadkit.analysis.periodicity import detect_periodicity, run_period
 from loadkit.analysis.recovery import BurstPhase, burst_recovery, rolling_p99
 from loadkit.analysis.slo import resolve_slo, slo_verdict, step_verdict
 from loadkit.analysis.telemetry import (
-    GpuSeries,
-    HostSeries,
     LoadSeries,
     RequestSampleSeries,
-    TritonSeries,
     align_load,
     align_request_samples,
     events_of,
@@ -272,7 +269,7 @@ def _warmup_s(run: Run) -> float:
 
 
 @dataclass(frozen=True)
-class Aligned:
+class Aligned(telemetry_sources.SourceAccessors):
     """Stage 1, align: the run's latency, load and telemetry on one window grid."""
 
     run: Run
@@ -290,7 +287,7 @@ class Aligned:
     in_flight: np.ndarray
     completed: np.ndarray  # ok + errors per window (the histograms' counts without load counters)
     # Each telemetry source's aligned series by source name (analysis/sources.py); None: absent.
-    sources: Mapping[str, Any]
+    sources: dict[str, Any]
     samples: RequestSampleSeries | None
     gaps: CompletionGaps | None
     max_batch_size: int | None
@@ -301,18 +298,6 @@ class Aligned:
     @property
     def window_s(self) -> float:
         return self.grid.window_s
-
-    @property
-    def gpu(self) -> GpuSeries | None:
-        return self.sources.get("gpu")
-
-    @property
-    def host(self) -> HostSeries | None:
-        return self.sources.get("host")
-
-    @property
-    def triton(self) -> TritonSeries | None:
-        return self.sources.get("triton_stats")
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,36 @@ class AlignedSource:
     noted_when_missing: bool = True
 
 
+class SourceAccessors:
+    """Typed accessors to the aligned sources the causes read, over a `sources` mapping."""
+
+    sources: dict[str, Any]
+
+    @property
+    def gpu(self) -> GpuSeries | None:
+        return self.sources.get("gpu")
+
+    @gpu.setter
+    def gpu(self, series: GpuSeries | None) -> None:
+        self.sources["gpu"] = series
+
+    @property
+    def host(self) -> HostSeries | None:
+        return self.sources.get("host")
+
+    @host.setter
+    def host(self, series: HostSeries | None) -> None:
+        self.sources["host"] = series
+
+    @property
+    def triton(self) -> TritonSeries | None:
+        return self.sources.get("triton_stats")
+
+    @triton.setter
+    def triton(self, series: TritonSeries | None) -> None:
+        self.sources["triton_stats"] = series
+
+
 # --- sources with their own aligners (loadkit/analysis/telemetry.py) ----------------
 
 
@@ -183,6 +213,7 @@ __all__ = [
     "AlignContext",
     "AlignedSource",
     "DeclaredSeries",
+    "SourceAccessors",
     "align_declared",
     "declared",
 ]

@@ -19,12 +19,8 @@ from scipy import stats
 
 from loadkit.analysis.gaps import CompletionGaps
 from loadkit.analysis.model import Evidence, Finding
-from loadkit.analysis.telemetry import (
-    GpuSeries,
-    HostSeries,
-    RequestSampleSeries,
-    TritonSeries,
-)
+from loadkit.analysis.sources import SourceAccessors
+from loadkit.analysis.telemetry import RequestSampleSeries
 
 # Kinds of cause: an episode cause explains spike episodes; a standing condition is
 # there all run long and never counts as a spike cause; "either" can be both.
@@ -60,8 +56,12 @@ class ErrorCounts:
 
 
 @dataclass
-class Signals:
-    """Everything attribution reads, aligned on the analysis grid (NaN = unknown)."""
+class Signals(SourceAccessors):
+    """Everything attribution reads, aligned on the analysis grid (NaN = unknown).
+
+    `sources` holds each telemetry source's series by name (`.gpu`, `.host` and
+    `.triton` read the ones several causes share).
+    """
 
     window_s: float
     starts_ns: np.ndarray
@@ -89,31 +89,6 @@ class Signals:
     @property
     def n(self) -> int:
         return len(self.starts_ns)
-
-    # Typed accessors to the sources the causes read.
-    @property
-    def gpu(self) -> GpuSeries | None:
-        return self.sources.get("gpu")
-
-    @gpu.setter
-    def gpu(self, series: GpuSeries | None) -> None:
-        self.sources["gpu"] = series
-
-    @property
-    def host(self) -> HostSeries | None:
-        return self.sources.get("host")
-
-    @host.setter
-    def host(self, series: HostSeries | None) -> None:
-        self.sources["host"] = series
-
-    @property
-    def triton(self) -> TritonSeries | None:
-        return self.sources.get("triton_stats")
-
-    @triton.setter
-    def triton(self, series: TritonSeries | None) -> None:
-        self.sources["triton_stats"] = series
 
 
 @dataclass
