@@ -194,3 +194,10 @@ def interval_rate_on_grid(
     covered = reduce_on_grid(grid, t_ns, np.nan_to_num(interval_ns, nan=0.0), "sum") / NS
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(covered > 0, total / np.minimum(covered, grid.window_s), np.nan)
+
+
+def to_series(values: np.ndarray | None) -> tuple[float | None, ...] | None:
+    """Per-window values as analysis.json holds them: floats, None where unknown."""
+    if values is None:
+        return None
+    return tuple(None if not np.isfinite(v) else float(v) for v in np.asarray(values, dtype=float))

@@ -17,8 +17,9 @@ import pandas as pd
 from loadkit import __version__
 from loadkit.analysis import attribution as attr
 from loadkit.analysis import production
+from loadkit.analysis import sources as telemetry_sources
 from loadkit.analysis.alerts import alerts
-from loadkit.analysis.align import NS, WindowGrid, make_grid
+from loadkit.analysis.align import NS, WindowGrid, make_grid, to_series
 from loadkit.analysis.breakdown import breakdown, label_episodes
 from loadkit.analysis.capacity import capacity_result, probes_from_events
 from loadkit.analysis.causes import request_errors
@@ -64,16 +65,10 @@ from loadkit.analysis.periodicity import detect_periodicity, run_period
 from loadkit.analysis.recovery import BurstPhase, burst_recovery, rolling_p99
 from loadkit.analysis.slo import DEFAULT_SLO, resolve_slo, slo_verdict, step_verdict
 from loadkit.analysis.telemetry import (
-    GpuSeries,
-    HostSeries,
     LoadSeries,
     RequestSampleSeries,
-    TritonSeries,
-    align_gpu,
-    align_host,
     align_load,
     align_request_samples,
-    align_triton,
     events_of,
     new_connections_per_s,
 )
@@ -110,10 +105,7 @@ DEFAULT_WARMUP_S = 8.0
 REQUEST_SAMPLE_COLUMNS = ("t_ns", "sent_ns", "done_ns", "connection_new")
 
 
-def _series(values: np.ndarray | None) -> Series | None:
-    if values is None:
-        return None
-    return tuple(None if not np.isfinite(v) else float(v) for v in np.asarray(values, dtype=float))
+_series = to_series
 
 
 def _array(values: Series) -> np.ndarray:
@@ -277,7 +269,7 @@ def _warmup_s(run: Run) -> float:
 
 
 @dataclass(frozen=True)
-class Aligned:
+class Aligned(telemetry_sources.SourceAccessors):
     """Stage 1, align: the run's latency, load and telemetry on one window grid."""
 
     run: Run
@@ -294,9 +286,8 @@ class Aligned:
     offered: np.ndarray
     in_flight: np.ndarray
     completed: np.ndarray  # ok + errors per window (the histograms' counts without load counters)
-    gpu: GpuSeries | None
-    host: HostSeries | None
-    triton: TritonSeries | None
+    # Each telemetry source's aligned series by source name (analysis/sources.py); None: absent.
+    sources: dict[str, Any]
     samples: RequestSampleSeries | None
     gaps: CompletionGaps | None
     max_batch_size: int | None
@@ -436,13 +427,13 @@ def align(run: Run) -> Aligned:
     model, max_batch, max_delay_ms = model_config(run)
     for missing in run.info.environment.server.not_recorded:
         notes.append(f"not recorded from the server: {missing}")
-    gpu = align_gpu(run.series("gpu"), grid) if run.has_series("gpu") else None
-    host = align_host(run.series("host"), grid) if run.has_series("host") else None
-    triton = (
-        align_triton(run.series("triton_stats"), grid, model)
-        if run.has_series("triton_stats")
+    context = telemetry_sources.AlignContext(model=model)
+    sources = {
+        source.name: source.align(run.series(source.name), grid, context)
+        if run.has_series(source.name)
         else None
-    )
+        for source in telemetry_sources.REGISTRY
+    }
     sample_frame = run.request_sample_columns(REQUEST_SAMPLE_COLUMNS)
     samples = align_request_samples(sample_frame, grid)
     gaps = completion_gaps(run.load_intervals, sample_frame)
@@ -451,10 +442,14 @@ def align(run: Run) -> Aligned:
             "no completion gaps (load counters without completion_gaps, and request samples "
             "that do not hold every request): stalls are judged on whole windows"
         )
-    for name, value in (("gpu", gpu), ("host", host), ("triton_stats", triton)):
-        if value is None:
-            notes.append(f"no {name} telemetry: causes that need it are not assessable")
-    resets = (host.counter_resets if host else 0) + (triton.counter_resets if triton else 0)
+    for source in telemetry_sources.REGISTRY:
+        if sources[source.name] is None and source.noted_when_missing:
+            notes.append(f"no {source.name} telemetry: causes that need it are not assessable")
+    resets = sum(
+        source.counter_resets(sources[source.name])
+        for source in telemetry_sources.REGISTRY
+        if sources[source.name] is not None
+    )
     if resets:
         notes.append(
             f"{resets} counter reset(s) seen in telemetry (handled: rates restart from the new value)"
@@ -474,14 +469,12 @@ def align(run: Run) -> Aligned:
         offered=offered,
         in_flight=in_flight,
         completed=completed if load is not None else hist_counts,
-        gpu=gpu,
-        host=host,
-        triton=triton,
+        sources=sources,
         samples=samples,
         gaps=gaps,
         max_batch_size=max_batch,
         max_queue_delay_ms=max_delay_ms,
-        telemetry=_telemetry_windows(gpu, host, triton, samples, ok / window_s),
+        telemetry=_telemetry_windows(sources, samples, ok / window_s),
         notes=tuple(notes),
     )
 
@@ -580,9 +573,7 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
         offered_rps=aligned.offered / window_s,
         throughput_rps=aligned.ok / window_s,
         in_flight=aligned.in_flight,
-        gpu=aligned.gpu,
-        host=aligned.host,
-        triton=aligned.triton,
+        sources=dict(aligned.sources),
         samples=aligned.samples,
         max_batch_size=aligned.max_batch_size,
         max_queue_delay_ms=aligned.max_queue_delay_ms,
@@ -860,43 +851,15 @@ def _overall(
 
 
 def _telemetry_windows(
-    gpu: GpuSeries | None,
-    host: HostSeries | None,
-    triton: TritonSeries | None,
+    sources: Mapping[str, Any],
     samples: RequestSampleSeries | None,
     throughput: np.ndarray,
 ) -> TelemetryWindows:
-    new_conn, _ = new_connections_per_s(host, samples, throughput)
-    return TelemetryWindows(
-        gpu_sm_clock_mhz=_series(gpu.sm_clock_mhz) if gpu else None,
-        gpu_sm_clock_max_mhz=_series(gpu.sm_clock_max_mhz) if gpu else None,
-        gpu_temp_c=_series(gpu.temp_c) if gpu else None,
-        gpu_power_w=_series(gpu.power_w) if gpu else None,
-        gpu_power_limit_w=_series(gpu.power_limit_w) if gpu else None,
-        gpu_util_pct=_series(gpu.util_pct) if gpu else None,
-        gpu_mem_used_bytes=_series(gpu.mem_used_bytes) if gpu else None,
-        gpu_thermal_reason=_series(gpu.thermal_reason) if gpu and gpu.has_reasons else None,
-        gpu_power_reason=_series(gpu.power_reason) if gpu and gpu.has_reasons else None,
-        cpu_core_max_pct=_series(host.cpu_core_max_pct) if host and host.has_per_core else None,
-        cpu_mean_pct=_series(host.cpu_mean_pct) if host else None,
-        cpu_psi_some_avg10=_series(host.psi_some_avg10) if host else None,
-        cgroup_throttled_pct=_series(host.cgroup_throttled_pct)
-        if host and host.has_cgroup
-        else None,
-        cgroup_throttled_ms_per_s=_series(host.cgroup_throttled_ms_per_s)
-        if host and host.has_cgroup
-        else None,
-        server_rss_bytes=_series(host.server_rss_bytes) if host else None,
-        new_connections_per_s=_series(new_conn),
-        batch_size_mean=_series(triton.batch_size_mean) if triton else None,
-        batch_size_max=_series(triton.batch_size_max) if triton else None,
-        executions_per_s=_series(triton.executions_per_s) if triton else None,
-        inferences_per_s=_series(triton.inferences_per_s) if triton else None,
-        queue_ms_per_request=_series(triton.queue_ms_per_request) if triton else None,
-        compute_ms_per_request=_series(triton.compute_ms_per_request) if triton else None,
-        compute_ms_per_execution=_series(triton.batch_compute_ms) if triton else None,
-        data_movement_ms_per_request=_series(triton.data_movement_ms)
-        if triton and triton.data_movement_ms is not None
-        else None,
-        batch_sizes=triton.batch_sizes if triton else None,
-    )
+    """Every aligned source's own fields, and new connections (host or request samples)."""
+    fields: dict[str, Any] = {}
+    for source in telemetry_sources.REGISTRY:
+        if sources.get(source.name) is not None:
+            fields.update(source.windows(sources[source.name]))
+    new_conn, _ = new_connections_per_s(sources.get("host"), samples, throughput)
+    fields["new_connections_per_s"] = to_series(new_conn)
+    return TelemetryWindows(**fields)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loadkit.errors import EXIT_INTERRUPTED, EXIT_SLO_FAILED, EXIT_TARGET, UsageError
+from loadkit.telemetry.gpu import GPU_CHOICES
 
 if TYPE_CHECKING:
     from loadkit.analysis.model import Finding
@@ -224,7 +225,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     tele = parser.add_argument_group("telemetry")
     tele.add_argument(
         "--gpu",
-        choices=("auto", "nvml", "sim", "none"),
+        choices=GPU_CHOICES,
         default="auto",
         help="GPU telemetry source (default auto: NVML if present)",
     )

@@ -13,6 +13,7 @@ from loadkit import lifeline
 from loadkit.errors import UsageError
 from loadkit.recording import Recording
 from loadkit.telemetry.gpu import GPU_CHOICES
+from loadkit.telemetry.sources import RATE_FLAGS
 
 HELP = "record telemetry (GPU, host, Triton stats/metrics) from a live service"
 
@@ -93,8 +94,13 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--probe-rate", type=float, metavar="R", help="send R probe requests per second"
     )
-    parser.add_argument("--gpu-rate", type=float, metavar="HZ", help="GPU sampling rate (10)")
-    parser.add_argument("--host-rate", type=float, metavar="HZ", help="host sampling rate (2)")
+    for source in RATE_FLAGS:
+        parser.add_argument(
+            f"--{source.name}-rate",
+            type=float,
+            metavar="HZ",
+            help=f"{source.label} sampling rate ({source.default_rate_hz:g})",
+        )
     parser.add_argument("--out", type=Path, default=Path("reports"), help="parent directory")
     parser.add_argument("--run-id", help="run directory name (default: <time>-watch)")
 
@@ -119,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--probe-rate must be positive, got {args.probe_rate}")
     metrics_url = args.metrics or (_default_metrics_url(args.triton) if args.triton else None)
     rates = {
-        k: v for k, v in {"gpu": args.gpu_rate, "host": args.host_rate}.items() if v is not None
+        s.name: getattr(args, f"{s.name}_rate")
+        for s in RATE_FLAGS
+        if getattr(args, f"{s.name}_rate") is not None
     }
     target = (
         {

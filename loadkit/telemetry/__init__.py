@@ -14,7 +14,7 @@ from typing import Any
 _EXPORTS = {
     "SourceUnavailable": "loadkit.telemetry.base",
     "SamplerSet": "loadkit.telemetry.supervisor",
-    "SIM_GPU_STATE_FILE": "loadkit.telemetry.simgpu_runner",
+    "SIM_GPU_STATE_FILE": "loadkit.telemetry.simgpu",
     "SimulatedGpu": "loadkit.telemetry.simgpu_runner",
     "start_simulated_gpu": "loadkit.telemetry.simgpu_runner",
 }

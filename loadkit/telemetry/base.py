@@ -10,7 +10,9 @@ go on without it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from loadkit.errors import LoadkitError
@@ -61,3 +63,67 @@ class WarnOnce:
     def drain(self) -> list[str]:
         pending, self._pending = self._pending, []
         return pending
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """What one sampler process runs: a source, its sampler kind, options, interval; picklable."""
+
+    source: str  # file stem: telemetry/<source>.jsonl
+    kind: str  # a key of its source's `samplers` ("gpu-nvml", "gpu-sim", "host", ...)
+    interval_s: float
+    options: dict[str, Any] = field(default_factory=dict)
+    simulated: bool = False  # the manifest's `sources[].simulated`
+
+
+@dataclass(frozen=True)
+class SamplerOptions:
+    """What a run asked its samplers to watch (`SamplerSet.start`'s arguments)."""
+
+    run_dir: Path
+    gpu: str = "auto"  # auto | nvml | sim | none
+    triton_url: str | None = None
+    triton_models: list[str] | None = None
+    server_pid: int | None = None
+    metrics_url: str | None = None
+    metrics_patterns: list[str] | None = None
+    sim_gpu_state: Path | None = None
+    # Options of any other source, by the name its `plan` reads (TelemetryOptions.extra).
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """What one source records in a run: its sampler (None: not in this run) and what it says.
+
+    `environment` is this source's part of the manifest's `environment` (the
+    GPU's devices); `warning` a source that was asked for but cannot be read,
+    listed in the manifest's sources with no file.
+    """
+
+    spec: SamplerSpec | None
+    environment: Mapping[str, Any] | None = None
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
+class TelemetrySource:
+    """One live telemetry source: the registry entry (loadkit/telemetry/sources.py) of its module.
+
+    `name` is the file stem (`telemetry/<name>.jsonl`), the key of sampling
+    rates and the key the analysis aligns the series by. `plan` decides from
+    the run's options whether (and how) the source is sampled; `samplers` builds
+    the sampler of each kind inside the sampler process.
+    """
+
+    name: str
+    label: str  # in help text: "<label> sampling rate (10)"
+    default_interval_s: float
+    row_type: type  # its rows (loadkit/rundir/schema.py)
+    samplers: Mapping[str, Callable[[SamplerSpec], Sampler]]
+    plan: Callable[[SamplerOptions, float], SourcePlan]  # (options, interval_s)
+    rate_flag: bool = False  # `loadkit watch --<name>-rate HZ`
+
+    @property
+    def default_rate_hz(self) -> float:
+        return 1.0 / self.default_interval_s

@@ -13,10 +13,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from loadkit.rundir.schema import GpuLimits, GpuRow, decode_reasons
-from loadkit.telemetry.base import Row, SourceUnavailable, WarnOnce
+from loadkit.telemetry.base import (
+    Row,
+    Sampler,
+    SamplerOptions,
+    SamplerSpec,
+    SourcePlan,
+    SourceUnavailable,
+    TelemetrySource,
+    WarnOnce,
+)
 
 GPU_CHOICES = ("auto", "nvml", "sim", "none")
 DEFAULT_GPU_INTERVAL_S = 0.1
@@ -346,3 +356,55 @@ def probe_fake_nvml(state_path: str | os.PathLike[str]) -> tuple[list[Row] | Non
         return sampler.identity(), None
     finally:
         sampler.close()
+
+
+def _nvml_sampler(spec: SamplerSpec) -> Sampler:
+    return GpuSampler(load_pynvml(), server_pid=spec.options.get("server_pid"))
+
+
+def _sim_sampler(spec: SamplerSpec) -> Sampler:
+    from loadkit.telemetry import fake_nvml
+
+    fake_nvml.configure(spec.options["state_path"])
+    return GpuSampler(fake_nvml, server_pid=spec.options.get("server_pid"), simulated=True)
+
+
+def plan_gpu(options: SamplerOptions, interval_s: float) -> SourcePlan:
+    """environment.gpu and the GPU sampler for `--gpu auto|nvml|sim|none`."""
+    from loadkit.telemetry.simgpu import SIM_GPU_STATE_FILE
+
+    gpu, server_pid = options.gpu, options.server_pid
+    if gpu == "none":
+        return SourcePlan(None, {"kind": "none", "devices": []})
+    if gpu == "sim":
+        sim_state = options.sim_gpu_state
+        state = Path(sim_state) if sim_state else Path(options.run_dir) / SIM_GPU_STATE_FILE
+        devices, why = probe_fake_nvml(state)
+        if devices is None:
+            return SourcePlan(None, {"kind": "none", "devices": []}, why)
+        spec = SamplerSpec(
+            "gpu",
+            "gpu-sim",
+            interval_s,
+            {"state_path": str(state), "server_pid": server_pid},
+            simulated=True,
+        )
+        return SourcePlan(spec, {"kind": "simulated", "simulated": True, "devices": devices})
+    devices, why = probe_nvml()
+    if devices is None:
+        # Even when NVML was asked for explicitly, a missing driver is a warning: the
+        # rest of the run (latency, host, server telemetry) is still worth having.
+        return SourcePlan(None, {"kind": "none", "devices": []}, f"{why} [--gpu {gpu}]")
+    spec = SamplerSpec("gpu", "gpu-nvml", interval_s, {"server_pid": server_pid})
+    return SourcePlan(spec, {"kind": "nvml", "simulated": False, "devices": devices})
+
+
+SOURCE = TelemetrySource(
+    name="gpu",
+    label="GPU",
+    default_interval_s=DEFAULT_GPU_INTERVAL_S,
+    row_type=GpuRow,
+    samplers={"gpu-nvml": _nvml_sampler, "gpu-sim": _sim_sampler},
+    plan=plan_gpu,
+    rate_flag=True,
+)

@@ -19,7 +19,14 @@ from typing import Any, cast
 import psutil
 
 from loadkit.rundir.schema import HostRow, delta_key
-from loadkit.telemetry.base import WarnOnce
+from loadkit.telemetry.base import (
+    Sampler,
+    SamplerOptions,
+    SamplerSpec,
+    SourcePlan,
+    TelemetrySource,
+    WarnOnce,
+)
 
 DEFAULT_HOST_INTERVAL_S = 0.5
 
@@ -395,3 +402,23 @@ class HostSampler:
         if self._server_conns is not None:
             row["server_new_connections"] = len(current - self._server_conns)
         self._server_conns = current
+
+
+def _host_sampler(spec: SamplerSpec) -> Sampler:
+    return HostSampler(server_pid=spec.options.get("server_pid"))
+
+
+def plan_host(options: SamplerOptions, interval_s: float) -> SourcePlan:
+    """The host is always sampled."""
+    return SourcePlan(SamplerSpec("host", "host", interval_s, {"server_pid": options.server_pid}))
+
+
+SOURCE = TelemetrySource(
+    name="host",
+    label="host",
+    default_interval_s=DEFAULT_HOST_INTERVAL_S,
+    row_type=HostRow,
+    samplers={"host": _host_sampler},
+    plan=plan_host,
+    rate_flag=True,
+)

@@ -18,51 +18,16 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loadkit.rundir.layout import TELEMETRY_DIR
 from loadkit.rundir.segments import SEGMENT_S
 from loadkit.rundir.writer import JsonlWriter, append_event
-from loadkit.telemetry.base import Sampler, SourceUnavailable
+from loadkit.telemetry.base import SamplerSpec, SourceUnavailable
+from loadkit.telemetry.sources import build_sampler
 
-
-@dataclass(frozen=True)
-class SamplerSpec:
-    """What to run: a sampler kind, its options, its interval; picklable."""
-
-    source: str  # file stem: telemetry/<source>.jsonl
-    kind: str  # "gpu-nvml", "gpu-sim", "host", "triton_stats", "metrics"
-    interval_s: float
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-def build_sampler(spec: SamplerSpec) -> Sampler:
-    opts = spec.options
-    if spec.kind == "gpu-nvml":
-        from loadkit.telemetry.gpu import GpuSampler, load_pynvml
-
-        return GpuSampler(load_pynvml(), server_pid=opts.get("server_pid"))
-    if spec.kind == "gpu-sim":
-        from loadkit.telemetry import fake_nvml
-        from loadkit.telemetry.gpu import GpuSampler
-
-        fake_nvml.configure(opts["state_path"])
-        return GpuSampler(fake_nvml, server_pid=opts.get("server_pid"), simulated=True)
-    if spec.kind == "host":
-        from loadkit.telemetry.host import HostSampler
-
-        return HostSampler(server_pid=opts.get("server_pid"))
-    if spec.kind == "triton_stats":
-        from loadkit.telemetry.triton_stats import TritonStatsSampler
-
-        return TritonStatsSampler(opts["url"], opts.get("models"))
-    if spec.kind == "metrics":
-        from loadkit.telemetry.prom_metrics import PrometheusSampler
-
-        return PrometheusSampler(opts["url"], patterns=opts["patterns"], source=spec.source)
-    raise ValueError(f"unknown sampler kind {spec.kind!r}")
+__all__ = ["EXIT_WRITE_FAILED", "SamplerSpec", "StopFlag", "build_sampler", "main", "sampler_main"]
 
 
 # After our parent's death, the longest we take to flush and exit: then the kernel ends us.

@@ -14,7 +14,15 @@ import fnmatch
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadkit.rundir.schema import MetricRow
-from loadkit.telemetry.base import SourceUnavailable, WarnOnce
+from loadkit.telemetry.base import (
+    Sampler,
+    SamplerOptions,
+    SamplerSpec,
+    SourcePlan,
+    SourceUnavailable,
+    TelemetrySource,
+    WarnOnce,
+)
 from loadkit.telemetry.http import HttpGetError, KeepAliveGetter
 
 DEFAULT_METRICS_INTERVAL_S = 1.0
@@ -124,3 +132,28 @@ class PrometheusSampler:
 
     def drain_warnings(self) -> list[str]:
         return self._warn.drain()
+
+
+def _metrics_sampler(spec: SamplerSpec) -> Sampler:
+    return PrometheusSampler(
+        spec.options["url"], patterns=spec.options["patterns"], source=spec.source
+    )
+
+
+def plan_metrics(options: SamplerOptions, interval_s: float) -> SourcePlan:
+    """Sampled when the run names a Prometheus /metrics URL."""
+    if not options.metrics_url:
+        return SourcePlan(None)
+    patterns = list(options.metrics_patterns or TRITON_PATTERNS)
+    opts = {"url": options.metrics_url, "patterns": patterns}
+    return SourcePlan(SamplerSpec("metrics", "metrics", interval_s, opts))
+
+
+SOURCE = TelemetrySource(
+    name="metrics",
+    label="Prometheus metrics",
+    default_interval_s=DEFAULT_METRICS_INTERVAL_S,
+    row_type=MetricRow,
+    samplers={"metrics": _metrics_sampler},
+    plan=plan_metrics,
+)

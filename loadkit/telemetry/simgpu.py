@@ -35,6 +35,10 @@ from typing import Any
 
 from loadkit.rundir.schema import REASON_GPU_IDLE, REASON_HW_SLOWDOWN, REASON_HW_THERMAL
 
+# The simulated GPU's state, in the run directory unless told otherwise: the simulator
+# writes it, the GPU sampler reads it through `fake_nvml`.
+SIM_GPU_STATE_FILE = "sim_gpu_state.json"
+
 # What a hot GPU that slows down reports (NVML's reason bits).
 THERMAL_THROTTLE_REASONS = REASON_HW_SLOWDOWN | REASON_HW_THERMAL
 

@@ -38,7 +38,6 @@ from loadkit.telemetry.simgpu import (
 )
 from loadkit.telemetry.triton_stats import flatten_model_stats
 
-SIM_GPU_STATE_FILE = "sim_gpu_state.json"
 STEP_INTERVAL_S = 0.1
 
 timer = time.monotonic

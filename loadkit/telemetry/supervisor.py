@@ -1,9 +1,9 @@
 """Starts and stops the sampler processes of one run, and describes them.
 
-`SamplerSet.start(...)` decides which sources exist (GPU: real NVML, the
-simulated GPU, or none; host always; Triton statistics and metrics when a URL
-is given), starts one `python -m loadkit.telemetry.process` per source and returns at
-once. `stop()` stops and reaps them by PID. `manifest_info()` is what the
+`SamplerSet.start(...)` asks each registered source (loadkit/telemetry/sources.py)
+whether it is sampled in this run (GPU: real NVML, the simulated GPU, or none;
+host always; Triton statistics and metrics when a URL is given), starts one
+`python -m loadkit.telemetry.process` per source and returns at once. `stop()` stops and reaps them by PID. `manifest_info()` is what the
 orchestrator merges into the manifest.
 """
 
@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,23 +25,31 @@ from typing import Any
 from loadkit import lifeline
 from loadkit.errors import UsageError
 from loadkit.rundir.layout import TELEMETRY_DIR
-from loadkit.telemetry.gpu import DEFAULT_GPU_INTERVAL_S, GPU_CHOICES, probe_fake_nvml, probe_nvml
-from loadkit.telemetry.host import DEFAULT_HOST_INTERVAL_S
-from loadkit.telemetry.process import SamplerSpec
-from loadkit.telemetry.prom_metrics import DEFAULT_METRICS_INTERVAL_S, TRITON_PATTERNS
-from loadkit.telemetry.simgpu_runner import SIM_GPU_STATE_FILE
-from loadkit.telemetry.triton_stats import DEFAULT_TRITON_STATS_INTERVAL_S
+from loadkit.telemetry.base import SamplerOptions, SamplerSpec, SourcePlan
+from loadkit.telemetry.gpu import GPU_CHOICES
+from loadkit.telemetry.sources import DEFAULT_RATES_HZ, REGISTRY
 
-DEFAULT_RATES_HZ: dict[str, float] = {
-    "gpu": 1.0 / DEFAULT_GPU_INTERVAL_S,
-    "host": 1.0 / DEFAULT_HOST_INTERVAL_S,
-    "triton_stats": 1.0 / DEFAULT_TRITON_STATS_INTERVAL_S,
-    "metrics": 1.0 / DEFAULT_METRICS_INTERVAL_S,
-}
 STOP_GRACE_S = 3.0
 KILL_WAIT_S = 30.0  # after SIGKILL: the kernel still has to schedule the exit
 
 log = logging.getLogger(__name__)
+
+
+def sampling_rates(rates: Mapping[str, float | None] | None) -> dict[str, float]:
+    """Every source's rate in Hz: its default, else the one given (which must be positive)."""
+    hz = dict(DEFAULT_RATES_HZ)
+    for name, value in (rates or {}).items():
+        if value is None or value <= 0:
+            raise UsageError(f"sampling rate for {name!r} must be positive, got {value}")
+        hz[name] = float(value)
+    return hz
+
+
+def plan_sources(
+    options: SamplerOptions, rates_hz: Mapping[str, float]
+) -> list[tuple[str, SourcePlan]]:
+    """Each registered source's plan for this run, in registry order; nothing is started."""
+    return [(s.name, s.plan(options, 1.0 / rates_hz[s.name])) for s in REGISTRY]
 
 
 @dataclass
@@ -83,7 +92,10 @@ def _signal(proc: subprocess.Popen[str], sig: int) -> None:
 @dataclass
 class SamplerSet:
     run_dir: Path
-    gpu_info: dict[str, Any]
+    # Each source's part of the manifest's `environment` (the GPU's devices), by name.
+    environment: dict[str, Any] = field(default_factory=dict)
+    # Sources asked for that cannot be read: (name, warning), listed with no file.
+    unavailable: list[tuple[str, str]] = field(default_factory=list)
     children: list[_Child] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -100,11 +112,13 @@ class SamplerSet:
         metrics_url: str | None = None,
         metrics_patterns: list[str] | None = None,
         sim_gpu_state: Path | None = None,
+        **source_options: Any,
     ) -> SamplerSet:
         """Start the samplers for one run; returns while they start up.
 
-        `rates` are in Hz per source (`gpu`, `host`, `triton_stats`, `metrics`).
+        `rates` are in Hz per source name (`gpu`, `host`, `triton_stats`, `metrics`).
         `sim_gpu_state` (for `gpu="sim"`) defaults to `<run_dir>/sim_gpu_state.json`.
+        `source_options` are read by the `plan` of sources that take other options.
         """
         if gpu not in GPU_CHOICES:
             raise UsageError(
@@ -113,41 +127,37 @@ class SamplerSet:
             )
         run_dir = Path(run_dir)
         (run_dir / TELEMETRY_DIR).mkdir(parents=True, exist_ok=True)
-        hz = dict(DEFAULT_RATES_HZ)
-        for name, value in (rates or {}).items():
-            if value is None or value <= 0:
-                raise UsageError(f"sampling rate for {name!r} must be positive, got {value}")
-            hz[name] = float(value)
-
+        options = SamplerOptions(
+            run_dir=run_dir,
+            gpu=gpu,
+            triton_url=triton_url,
+            triton_models=triton_models,
+            server_pid=server_pid,
+            metrics_url=metrics_url,
+            metrics_patterns=metrics_patterns,
+            sim_gpu_state=sim_gpu_state,
+            extra=source_options,
+        )
         specs: list[SamplerSpec] = []
         warnings: list[str] = []
-        gpu_info, gpu_spec = _gpu_choice(gpu, run_dir, sim_gpu_state, server_pid, hz["gpu"])
-        if gpu_info.get("warning"):
-            warnings.append(gpu_info["warning"])
-            print(f"WARNING: telemetry gpu: {gpu_info['warning']}", file=sys.stderr, flush=True)
-        if gpu_spec is not None:
-            specs.append(gpu_spec)
-        specs.append(SamplerSpec("host", "host", 1.0 / hz["host"], {"server_pid": server_pid}))
-        if triton_url:
-            specs.append(
-                SamplerSpec(
-                    "triton_stats",
-                    "triton_stats",
-                    1.0 / hz["triton_stats"],
-                    {"url": triton_url, "models": triton_models},
-                )
-            )
-        if metrics_url:
-            specs.append(
-                SamplerSpec(
-                    "metrics",
-                    "metrics",
-                    1.0 / hz["metrics"],
-                    {"url": metrics_url, "patterns": list(metrics_patterns or TRITON_PATTERNS)},
-                )
-            )
+        environment: dict[str, Any] = {}
+        unavailable: list[tuple[str, str]] = []
+        for name, plan in plan_sources(options, sampling_rates(rates)):
+            if plan.environment is not None:
+                environment[name] = dict(plan.environment)
+            if plan.warning:
+                warnings.append(plan.warning)
+                unavailable.append((name, plan.warning))
+                print(f"WARNING: telemetry {name}: {plan.warning}", file=sys.stderr, flush=True)
+            if plan.spec is not None:
+                specs.append(plan.spec)
 
-        sset = cls(run_dir=run_dir, gpu_info=gpu_info, warnings=warnings)
+        sset = cls(
+            run_dir=run_dir,
+            environment=environment,
+            unavailable=unavailable,
+            warnings=warnings,
+        )
         try:
             for spec in specs:
                 sset.children.append(_Child(spec, _spawn_sampler(spec, run_dir)))
@@ -226,6 +236,11 @@ class SamplerSet:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def gpu_info(self) -> dict[str, Any]:
+        """environment.gpu (what the GPU source found)."""
+        return dict(self.environment.get("gpu") or {"kind": "none", "devices": []})
+
     def manifest_info(self) -> dict[str, Any]:
         """`{"gpu": environment.gpu, "sources": [...]}` for the manifest."""
         self._poll()
@@ -237,48 +252,18 @@ class SamplerSet:
                     "name": spec.source,
                     "file": f"{TELEMETRY_DIR}/{spec.source}.jsonl",
                     "interval_s": spec.interval_s,
-                    "simulated": spec.kind == "gpu-sim",
+                    "simulated": spec.simulated,
                     "warning": child.warning,
                 }
             )
-        gpu = {k: v for k, v in self.gpu_info.items() if k != "warning"}
-        if self.gpu_info.get("warning"):
+        for name, warning in self.unavailable:
             sources.append(
                 {
-                    "name": "gpu",
+                    "name": name,
                     "file": None,
                     "interval_s": None,
                     "simulated": False,
-                    "warning": self.gpu_info["warning"],
+                    "warning": warning,
                 }
             )
-        return {"gpu": gpu, "sources": sources}
-
-
-def _gpu_choice(
-    gpu: str,
-    run_dir: Path,
-    sim_state: Path | None,
-    server_pid: int | None,
-    rate_hz: float,
-) -> tuple[dict[str, Any], SamplerSpec | None]:
-    """environment.gpu (plus a `warning` key) and the GPU sampler spec, if any."""
-    interval = 1.0 / rate_hz
-    if gpu == "none":
-        return {"kind": "none", "devices": []}, None
-    if gpu == "sim":
-        state = Path(sim_state) if sim_state else run_dir / SIM_GPU_STATE_FILE
-        devices, why = probe_fake_nvml(state)
-        if devices is None:
-            return {"kind": "none", "devices": [], "warning": why}, None
-        spec = SamplerSpec(
-            "gpu", "gpu-sim", interval, {"state_path": str(state), "server_pid": server_pid}
-        )
-        return {"kind": "simulated", "simulated": True, "devices": devices}, spec
-    devices, why = probe_nvml()
-    if devices is None:
-        # Even when NVML was asked for explicitly, a missing driver is a warning: the
-        # rest of the run (latency, host, server telemetry) is still worth having.
-        return {"kind": "none", "devices": [], "warning": f"{why} [--gpu {gpu}]"}, None
-    spec = SamplerSpec("gpu", "gpu-nvml", interval, {"server_pid": server_pid})
-    return {"kind": "nvml", "simulated": False, "devices": devices}, spec
+        return {**self.environment, "sources": sources}

@@ -22,7 +22,15 @@ from typing import Any, cast
 from urllib.parse import quote
 
 from loadkit.rundir.schema import TRITON_COUNTERS, TritonStatsRow, delta_key
-from loadkit.telemetry.base import SourceUnavailable, WarnOnce
+from loadkit.telemetry.base import (
+    Sampler,
+    SamplerOptions,
+    SamplerSpec,
+    SourcePlan,
+    SourceUnavailable,
+    TelemetrySource,
+    WarnOnce,
+)
 from loadkit.telemetry.http import HttpGetError, KeepAliveGetter
 
 DEFAULT_TRITON_STATS_INTERVAL_S = 1.0
@@ -206,3 +214,25 @@ class TritonStatsSampler:
 
     def drain_warnings(self) -> list[str]:
         return self._warn.drain()
+
+
+def _stats_sampler(spec: SamplerSpec) -> Sampler:
+    return TritonStatsSampler(spec.options["url"], spec.options.get("models"))
+
+
+def plan_triton_stats(options: SamplerOptions, interval_s: float) -> SourcePlan:
+    """Sampled when the run names a Triton HTTP URL."""
+    if not options.triton_url:
+        return SourcePlan(None)
+    opts = {"url": options.triton_url, "models": options.triton_models}
+    return SourcePlan(SamplerSpec("triton_stats", "triton_stats", interval_s, opts))
+
+
+SOURCE = TelemetrySource(
+    name="triton_stats",
+    label="Triton statistics",
+    default_interval_s=DEFAULT_TRITON_STATS_INTERVAL_S,
+    row_type=TritonStatsRow,
+    samplers={"triton_stats": _stats_sampler},
+    plan=plan_triton_stats,
+)

@@ -12,19 +12,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy import stats
 
 from loadkit.analysis.gaps import CompletionGaps
 from loadkit.analysis.model import Evidence, Finding
-from loadkit.analysis.telemetry import (
-    GpuSeries,
-    HostSeries,
-    RequestSampleSeries,
-    TritonSeries,
-)
+from loadkit.analysis.sources import SourceAccessors
+from loadkit.analysis.telemetry import RequestSampleSeries
 
 # Kinds of cause: an episode cause explains spike episodes; a standing condition is
 # there all run long and never counts as a spike cause; "either" can be both.
@@ -60,8 +56,12 @@ class ErrorCounts:
 
 
 @dataclass
-class Signals:
-    """Everything attribution reads, aligned on the analysis grid (NaN = unknown)."""
+class Signals(SourceAccessors):
+    """Everything attribution reads, aligned on the analysis grid (NaN = unknown).
+
+    `sources` holds each telemetry source's series by name (`.gpu`, `.host` and
+    `.triton` read the ones several causes share).
+    """
 
     window_s: float
     starts_ns: np.ndarray
@@ -71,9 +71,8 @@ class Signals:
     offered_rps: np.ndarray
     throughput_rps: np.ndarray
     in_flight: np.ndarray
-    gpu: GpuSeries | None
-    host: HostSeries | None
-    triton: TritonSeries | None
+    # Each telemetry source's aligned series by source name (loadkit/analysis/sources.py).
+    sources: dict[str, Any]
     samples: RequestSampleSeries | None
     max_batch_size: int | None
     max_queue_delay_ms: float | None
