@@ -10,7 +10,7 @@ Adding an importer = one new module in this package holding an `IMPORTER = Impor
 from __future__ import annotations
 
 from loadkit.errors import UsageError
-from loadkit.telemetry.importers import dcgm, dmon, locust, prom_range, query_gpu
+from loadkit.telemetry.importers import dcgm, dmon, k6, locust, prom_range, query_gpu
 from loadkit.telemetry.importers.base import Importer, ImportOptions, ImportResult
 from loadkit.telemetry.importers.dcgm import DCGM_FIELDS, dcgm_value, parse_dcgm_text
 from loadkit.telemetry.importers.dmon import DMON_COLUMNS, parse_dmon
@@ -22,6 +22,7 @@ from loadkit.telemetry.importers.query_gpu import QUERY_FIELDS, parse_query_gpu
 # query_range answer both start with "{"; a DCGM scrape's comments name the GPU as a
 # dmon header does).
 REGISTRY: tuple[Importer, ...] = (
+    k6.IMPORTER,
     prom_range.IMPORTER,
     dcgm.IMPORTER,
     dmon.IMPORTER,
