@@ -13,7 +13,7 @@ from loadkit.rundir import JsonlWriter, RunWriter, safe_name
 from loadkit.rundir.layout import MANIFEST_FILE, TELEMETRY_DIR
 from loadkit.rundir.writer import default_run_id, read_manifest_raw
 from loadkit.telemetry import importers
-from loadkit.telemetry.importers import FORMATS, ImportOptions, ImportResult
+from loadkit.telemetry.importers import ImportOptions, ImportResult
 
 HELP = "import nvidia-smi / DCGM / Prometheus / Locust files into a run directory"
 
@@ -61,7 +61,9 @@ def parse_time(text: str) -> int:
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="*", type=Path, metavar="FILE")
-    parser.add_argument("--format", choices=FORMATS, help="default: detect from the content")
+    parser.add_argument(
+        "--format", choices=importers.FORMATS, help="default: detect from the content"
+    )
     parser.add_argument("--run", type=Path, metavar="DIR", help="join this existing run directory")
     parser.add_argument("--out", type=Path, default=Path("reports"), help="parent of a new run")
     parser.add_argument("--run-id", help="name of the new run directory")
