@@ -4,32 +4,26 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from loadkit import __version__
 from loadkit.commands import import_prometheus
 from loadkit.errors import UsageError
-from loadkit.rundir import JsonlWriter, safe_name, write_manifest
-from loadkit.rundir.layout import MANIFEST_FILE, SCHEMA_VERSION, TELEMETRY_DIR
-from loadkit.rundir.writer import read_manifest_raw
+from loadkit.rundir import JsonlWriter, RunWriter, safe_name
+from loadkit.rundir.layout import MANIFEST_FILE, TELEMETRY_DIR
+from loadkit.rundir.writer import default_run_id, read_manifest_raw
 from loadkit.telemetry import importers
-from loadkit.telemetry.importers import FORMATS, ImportResult
+from loadkit.telemetry.importers import ImportOptions, ImportResult
 
 HELP = "import nvidia-smi / DCGM / Prometheus / Locust files into a run directory"
 
-DESCRIPTION = """\
+DESCRIPTION_TEMPLATE = """\
 Parse telemetry you already have and write it as a loadkit run directory
 (new, or joined to an existing run with --run), so `loadkit analyze` and
 `loadkit report` can use it beside (or instead of) a load test.
 
 formats (detected from the content; or give --format):
-  dmon        nvidia-smi dmon [-s ...] [-o DT] > dmon.log   (no -o DT: give --start)
-  query-gpu   nvidia-smi --query-gpu=timestamp,index,clocks.sm,... --format=csv -lms 100
-  dcgm        curl -s http://HOST:9400/metrics > dcgm.txt     (one instant: --at, or the file time)
-  prom-range  curl 'http://PROM/api/v1/query_range?query=DCGM_FI_DEV_SM_CLOCK&start=..&end=..&step=1s'
-  locust      <prefix>_stats_history.csv (kept for reference; loadkit reports nothing from it)
+{formats}
 
 Times in nvidia-smi output are the local time of the machine that wrote them:
 give --utc-offset HOURS when that was not this machine's time zone.
@@ -43,6 +37,9 @@ examples:
   loadkit import gpu.csv --run reports/20250101-120000-burst
   loadkit import dmon-no-times.log --start 2025-01-01T12:00:00Z --interval 1
 """
+DESCRIPTION = DESCRIPTION_TEMPLATE.replace(
+    "{formats}", "\n".join(f"  {i.name:<11} {i.usage}" for i in importers.REGISTRY)
+)
 
 
 def parse_time(text: str) -> int:
@@ -64,7 +61,9 @@ def parse_time(text: str) -> int:
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="*", type=Path, metavar="FILE")
-    parser.add_argument("--format", choices=FORMATS, help="default: detect from the content")
+    parser.add_argument(
+        "--format", choices=importers.FORMATS, help="default: detect from the content"
+    )
     parser.add_argument("--run", type=Path, metavar="DIR", help="join this existing run directory")
     parser.add_argument("--out", type=Path, default=Path("reports"), help="parent of a new run")
     parser.add_argument("--run-id", help="name of the new run directory")
@@ -83,22 +82,20 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 def parse_file(path: Path, args: argparse.Namespace) -> ImportResult:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
+        mtime_s = path.stat().st_mtime
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-    fmt = args.format or importers.detect_format(text)
-    if fmt == "dmon":
-        return importers.parse_dmon(
-            text, start_ns=args.start, interval_s=args.interval, tz_offset_hours=args.utc_offset
-        )
-    if fmt == "query-gpu":
-        fields = [f.strip() for f in args.fields.split(",")] if args.fields else None
-        return importers.parse_query_gpu(text, fields=fields, tz_offset_hours=args.utc_offset)
-    if fmt == "dcgm":
-        t_ns = args.at if args.at is not None else int(path.stat().st_mtime * 1e9)
-        return importers.parse_dcgm_text(text, t_ns=t_ns)
-    if fmt == "prom-range":
-        return importers.parse_prom_range(text, start_ns=args.window_start, end_ns=args.window_end)
-    return importers.parse_locust_history(text)
+    options = ImportOptions(
+        start_ns=args.start,
+        interval_s=args.interval,
+        at_ns=args.at,
+        file_mtime_ns=int(mtime_s * 1e9),
+        tz_offset_hours=args.utc_offset,
+        window_start_ns=args.window_start,
+        window_end_ns=args.window_end,
+        fields=[f.strip() for f in args.fields.split(",")] if args.fields else None,
+    )
+    return importers.parse(text, options, args.format)
 
 
 def _series_path(run_dir: Path, result: ImportResult) -> Path:
@@ -110,24 +107,29 @@ def _series_path(run_dir: Path, result: ImportResult) -> Path:
     return folder / f"{result.source}-{safe_name(result.format)}.jsonl"
 
 
-def _new_manifest(run_id: str, results: list[ImportResult]) -> dict[str, Any]:
+def open_run(args: argparse.Namespace, first_format: str) -> tuple[RunWriter, bool]:
+    """The run directory the files go to: the one `--run` names, or a new one of kind
+    `import` (named after the first file's format). True when it is new."""
+    if args.run is not None:
+        if not (args.run / MANIFEST_FILE).exists():
+            raise UsageError(f"{args.run} is not a run directory (no {MANIFEST_FILE})")
+        return RunWriter(args.run, read_manifest_raw(args.run)), False
+    run_id = args.run_id or default_run_id(f"import-{first_format}")
+    run_dir = args.out / run_id
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise UsageError(f"{run_dir} already exists", hint="give --run to join it, or --run-id")
+    environment = {"host": {}, "gpu": {"kind": "imported", "devices": []}}
+    return RunWriter.create(
+        out_dir=args.out, run_id=run_id, kind="import", environment=environment
+    ), True
+
+
+def close_run(writer: RunWriter, results: list[ImportResult]) -> None:
+    """A new import run spans its rows (not the time of the import) and is complete."""
     times = [r["t_ns"] for res in results for r in res.rows]
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": run_id,
-        "kind": "import",
-        "status": "complete",
-        "start_ns": min(times) if times else None,
-        "end_ns": max(times) if times else None,
-        "command_line": list(sys.argv),
-        "loadkit_version": __version__,
-        "scenario": None,
-        "target": None,
-        "slo": None,
-        "environment": {"host": {}, "gpu": {"kind": "imported", "devices": []}},
-        "sources": [],
-        "notes": [],
-    }
+    writer.update(start_ns=min(times) if times else None)
+    writer.finalize("complete")
+    writer.update(end_ns=max(times) if times else None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,29 +138,17 @@ def run(args: argparse.Namespace) -> int:
     if not args.files:
         raise UsageError("give a FILE to import, or --prometheus URL --window 6h")
     results = [(path, parse_file(path, args)) for path in args.files]
-    if args.run is not None:
-        run_dir = args.run
-        if not (run_dir / MANIFEST_FILE).exists():
-            raise UsageError(f"{run_dir} is not a run directory (no {MANIFEST_FILE})")
-        manifest = read_manifest_raw(run_dir)
-    else:
-        first = results[0][1].format
-        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        run_id = args.run_id or f"{stamp}-import-{safe_name(first)}"
-        run_dir = args.out / run_id
-        if run_dir.exists() and any(run_dir.iterdir()):
-            raise UsageError(f"{run_dir} already exists", hint="give --run to join it, or --run-id")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        manifest = _new_manifest(run_id, [r for _, r in results])
+    writer, new = open_run(args, results[0][1].format)
+    run_dir = writer.path
     for path, result in results:
         target = _series_path(run_dir, result)
-        with JsonlWriter(target) as writer:
+        with JsonlWriter(target) as series:
             for row in result.rows:
-                writer.write(row)
+                series.write(row)
         warning = None
         if result.skipped_lines:
             warning = f"{result.skipped_lines} partial or malformed line(s) skipped"
-        manifest.setdefault("sources", []).append(
+        writer.manifest.setdefault("sources", []).append(
             {
                 "name": target.stem,
                 "file": f"{TELEMETRY_DIR}/{target.name}",
@@ -169,12 +159,15 @@ def run(args: argparse.Namespace) -> int:
                 "unknown_fields": result.unknown_fields,
             }
         )
-        manifest.setdefault("notes", []).extend(result.notes)
+        writer.manifest.setdefault("notes", []).extend(result.notes)
         print(
             f"{path}: {len(result.rows)} rows ({result.format}) -> {target}"
             + (f"; {warning}" if warning else ""),
             file=sys.stderr,
         )
-    write_manifest(run_dir, manifest)
+    if new:
+        close_run(writer, [r for _, r in results])
+    else:
+        writer.update()
     print(f"next: loadkit analyze {run_dir}", file=sys.stderr)
     return 0

@@ -17,6 +17,7 @@ from typing import Any
 from loadkit.errors import UsageError
 from loadkit.rundir import RunWriter
 from loadkit.rundir.layout import TELEMETRY_DIR
+from loadkit.rundir.writer import default_run_id
 from loadkit.telemetry.prometheus.client import NS, PrometheusClient
 from loadkit.telemetry.prometheus.families import FAMILIES
 from loadkit.telemetry.prometheus.window import (
@@ -148,10 +149,9 @@ def _write(
     end_ns: int,
 ) -> Path:
     info = client.build_info()
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(end_ns / NS))
     writer = RunWriter.create(
         out_dir=args.out,
-        run_id=args.run_id or f"{stamp}-production",
+        run_id=args.run_id or default_run_id("production", end_ns),
         kind="production",
         scenario=None,
         target={

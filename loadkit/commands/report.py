@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from loadkit.analysis.model import Analysis
-from loadkit.errors import RunFormatError, UsageError
+from loadkit.errors import UsageError
+from loadkit.report import formats
 from loadkit.rundir import Run, load_run
 from loadkit.rundir.layout import ANALYSIS_FILE, REPORT_FILE
 
@@ -32,8 +33,6 @@ examples:
   loadkit report RUN --format json -o summary.json
 """
 
-FORMATS = {"html": REPORT_FILE, "md": "report.md", "json": "report.json"}
-
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN", help="run directory (e.g. reports/<run_id>)")
@@ -45,7 +44,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "(RUN/report.md, RUN/report.json for the other formats)",
     )
     parser.add_argument(
-        "--format", choices=sorted(FORMATS), default="html", help="output format (default html)"
+        "--format",
+        choices=sorted(formats.FORMATS),
+        default=formats.DEFAULT,
+        help=f"output format (default {formats.DEFAULT})",
     )
     parser.add_argument(
         "--reanalyze",
@@ -92,48 +94,30 @@ def write_output(text: str, output: str, what: str) -> None:
     print(resolved.as_uri())
 
 
-def _sweep_report(args: argparse.Namespace) -> int:
+def _sweep_report(args: argparse.Namespace, fmt: formats.ReportFormat) -> int:
     """A sweep directory (`sweep.json`): the comparison of its configurations."""
-    from loadkit.report import sweep
-
-    if args.format == "json":
-        text = (Path(args.run_dir) / "sweep.json").read_text(encoding="utf-8")
-    elif args.format == "md":
-        text = sweep.render_markdown(args.run_dir)
-    else:
-        text = sweep.render_html(args.run_dir)
-    name = {"html": REPORT_FILE, "md": "report.md", "json": "sweep.json"}[args.format]
-    output = args.output or str(Path(args.run_dir) / name)
-    if args.format == "json" and args.output is None:
-        output = "-"
-    write_output(text, output, f"{args.format.upper()} sweep report")
+    render = fmt.sweep_renderer()
+    if render is None:
+        raise UsageError(f"a sweep has no {fmt.name} report", hint="give another --format")
+    text = render(args.run_dir)
+    output = args.output
+    if output is None:
+        output = "-" if fmt.sweep_to_stdout else str(Path(args.run_dir) / fmt.file_name())
+    write_output(text, output, f"{fmt.name.upper()} sweep report")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    fmt = formats.get(args.format)
     if (Path(args.run_dir) / "sweep.json").is_file():
-        return _sweep_report(args)
+        return _sweep_report(args, fmt)
     run_dir = load_run(args.run_dir)
     analysis = load_or_analyze(run_dir, args.reanalyze)
-    output = args.output or str(run_dir.path / FORMATS[args.format])
+    reporter = fmt.load()
+    output = args.output or str(run_dir.path / fmt.file_name())
     if output != "-" and Path(output).is_dir():
         raise UsageError(f"{output} is a directory", hint="pass a file name with -o FILE")
     html_report = run_dir.path / REPORT_FILE
-    if args.format == "html":
-        from loadkit.report import html
-
-        text = html.render(run_dir, analysis)
-    elif args.format == "md":
-        from loadkit.report import markdown
-
-        url = html_report.resolve().as_uri() if html_report.exists() else None
-        text = markdown.render(run_dir, analysis, html_url=url)
-    elif args.format == "json":
-        from loadkit.report import jsonreport
-
-        path = str(html_report.resolve()) if html_report.exists() else None
-        text = jsonreport.render(run_dir, analysis, html_path=path)
-    else:  # argparse choices make this unreachable
-        raise RunFormatError(f"unknown format {args.format!r}")
-    write_output(text, output, f"{args.format.upper()} report")
+    text = reporter.render_report(run_dir, analysis, html_report if html_report.exists() else None)
+    write_output(text, output, f"{fmt.name.upper()} report")
     return 0

@@ -7,6 +7,7 @@ from an email or a ticket and prints.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from loadkit.analysis.model import Analysis
@@ -24,6 +25,9 @@ class HtmlReporter:
 
     def render(self, run: Run, analysis: Analysis) -> str:
         return render_context(build_context(run, analysis), self.template)
+
+    def render_report(self, run: Run, analysis: Analysis, html_report: Path | None) -> str:
+        return self.render(run, analysis)  # it is the HTML report: nothing to link to
 
 
 def draw_figures(context: dict[str, Any]) -> dict[str, Image | None]:

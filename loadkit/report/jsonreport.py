@@ -8,6 +8,7 @@ removed or changes meaning. For everything else, read `analysis.json`.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from loadkit import __version__
@@ -27,6 +28,10 @@ class JsonReporter:
     def render(self, run: Run, analysis: Analysis, html_path: str | None = None) -> str:
         doc = build_document(run, analysis, html_path)
         return json.dumps(to_jsonable(doc), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+    def render_report(self, run: Run, analysis: Analysis, html_report: Path | None) -> str:
+        path = str(html_report.resolve()) if html_report is not None else None
+        return self.render(run, analysis, html_path=path)
 
 
 def build_document(run: Run, analysis: Analysis, html_path: str | None = None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import re
+from pathlib import Path
 from typing import Any
 
 from loadkit.analysis.model import Analysis
@@ -46,6 +47,10 @@ class MarkdownReporter:
 
     def render(self, run: Run, analysis: Analysis, html_url: str | None = None) -> str:
         return render_context(build_context(run, analysis), html_url)
+
+    def render_report(self, run: Run, analysis: Analysis, html_report: Path | None) -> str:
+        url = html_report.resolve().as_uri() if html_report is not None else None
+        return self.render(run, analysis, html_url=url)
 
 
 def render_context(ctx: dict[str, Any], html_url: str | None = None) -> str:

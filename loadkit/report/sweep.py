@@ -123,4 +123,9 @@ def render_markdown(sweep_dir: str | Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["build_context", "read_sweep", "render_html", "render_markdown"]
+def render_json(sweep_dir: str | Path) -> str:
+    """The sweep's own `sweep.json`, as `loadkit sweep` wrote it."""
+    return (Path(sweep_dir) / SWEEP_FILE).read_text(encoding="utf-8")
+
+
+__all__ = ["build_context", "read_sweep", "render_html", "render_json", "render_markdown"]
