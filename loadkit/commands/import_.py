@@ -9,9 +9,10 @@ from pathlib import Path
 
 from loadkit.commands import import_prometheus
 from loadkit.errors import UsageError
-from loadkit.rundir import JsonlWriter, RunWriter, safe_name
+from loadkit.recording import Recording, imported_environment
+from loadkit.rundir import JsonlWriter, safe_name
 from loadkit.rundir.layout import MANIFEST_FILE, TELEMETRY_DIR
-from loadkit.rundir.writer import default_run_id, read_manifest_raw
+from loadkit.rundir.writer import default_run_id
 from loadkit.telemetry import importers
 from loadkit.telemetry.importers import ImportOptions, ImportResult
 
@@ -107,29 +108,28 @@ def _series_path(run_dir: Path, result: ImportResult) -> Path:
     return folder / f"{result.source}-{safe_name(result.format)}.jsonl"
 
 
-def open_run(args: argparse.Namespace, first_format: str) -> tuple[RunWriter, bool]:
+def open_run(args: argparse.Namespace, first_format: str) -> tuple[Recording, bool]:
     """The run directory the files go to: the one `--run` names, or a new one of kind
     `import` (named after the first file's format). True when it is new."""
     if args.run is not None:
         if not (args.run / MANIFEST_FILE).exists():
             raise UsageError(f"{args.run} is not a run directory (no {MANIFEST_FILE})")
-        return RunWriter(args.run, read_manifest_raw(args.run)), False
+        return Recording.join(args.run), False
     run_id = args.run_id or default_run_id(f"import-{first_format}")
     run_dir = args.out / run_id
     if run_dir.exists() and any(run_dir.iterdir()):
         raise UsageError(f"{run_dir} already exists", hint="give --run to join it, or --run-id")
-    environment = {"host": {}, "gpu": {"kind": "imported", "devices": []}}
-    return RunWriter.create(
-        out_dir=args.out, run_id=run_id, kind="import", environment=environment
+    return Recording.create(
+        out_dir=args.out, run_id=run_id, kind="import", environment=imported_environment()
     ), True
 
 
-def close_run(writer: RunWriter, results: list[ImportResult]) -> None:
+def close_run(recording: Recording, results: list[ImportResult]) -> None:
     """A new import run spans its rows (not the time of the import) and is complete."""
     times = [r["t_ns"] for res in results for r in res.rows]
-    writer.update(start_ns=min(times) if times else None)
-    writer.finalize("complete")
-    writer.update(end_ns=max(times) if times else None)
+    recording.update(start_ns=min(times) if times else None)
+    recording.finish("complete")
+    recording.update(end_ns=max(times) if times else None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -138,8 +138,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.files:
         raise UsageError("give a FILE to import, or --prometheus URL --window 6h")
     results = [(path, parse_file(path, args)) for path in args.files]
-    writer, new = open_run(args, results[0][1].format)
-    run_dir = writer.path
+    recording, new = open_run(args, results[0][1].format)
+    run_dir = recording.path
     for path, result in results:
         target = _series_path(run_dir, result)
         with JsonlWriter(target) as series:
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         warning = None
         if result.skipped_lines:
             warning = f"{result.skipped_lines} partial or malformed line(s) skipped"
-        writer.manifest.setdefault("sources", []).append(
+        recording.add_source(
             {
                 "name": target.stem,
                 "file": f"{TELEMETRY_DIR}/{target.name}",
@@ -159,15 +159,14 @@ def run(args: argparse.Namespace) -> int:
                 "unknown_fields": result.unknown_fields,
             }
         )
-        writer.manifest.setdefault("notes", []).extend(result.notes)
+        for note in result.notes:
+            recording.add_note(note)
         print(
             f"{path}: {len(result.rows)} rows ({result.format}) -> {target}"
             + (f"; {warning}" if warning else ""),
             file=sys.stderr,
         )
     if new:
-        close_run(writer, [r for _, r in results])
-    else:
-        writer.update()
+        close_run(recording, [r for _, r in results])
     print(f"next: loadkit analyze {run_dir}", file=sys.stderr)
     return 0

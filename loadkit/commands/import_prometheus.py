@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from loadkit.errors import UsageError
-from loadkit.rundir import RunWriter
+from loadkit.recording import Recording, imported_environment
 from loadkit.rundir.layout import TELEMETRY_DIR
 from loadkit.rundir.writer import default_run_id
 from loadkit.telemetry.prometheus.client import NS, PrometheusClient
@@ -149,7 +149,7 @@ def _write(
     end_ns: int,
 ) -> Path:
     info = client.build_info()
-    writer = RunWriter.create(
+    recording = Recording.create(
         out_dir=args.out,
         run_id=args.run_id or default_run_id("production", end_ns),
         kind="production",
@@ -161,14 +161,15 @@ def _write(
             "embedded": False,
             "requests": None,
         },
-        environment={"host": {}, "gpu": {"kind": "imported", "devices": []}},
+        environment=imported_environment(),
         command_line=_command_line(),
     )
+    writer = recording.writer
     for series, rows in pulled.rows.items():
         out = writer.series(series)
         for row in rows:
             out.write(row)
-        writer.manifest["sources"].append(
+        recording.add_source(
             {
                 "name": series,
                 "file": f"{TELEMETRY_DIR}/{series}.jsonl",
@@ -179,8 +180,9 @@ def _write(
                 "unknown_fields": [],
             }
         )
-    writer.manifest["notes"].extend(pulled.notes)
-    writer.update(
+    for note in pulled.notes:
+        recording.add_note(note)
+    recording.update(
         start_ns=start_ns,
         production={
             "prometheus": writer.manifest["target"]["url"],
@@ -196,8 +198,8 @@ def _write(
             "requests_made": client.requests_made,
         },
     )
-    writer.finalize("complete")
-    writer.update(end_ns=end_ns)  # the window's end, not the time of the import
+    recording.finish("complete")
+    recording.update(end_ns=end_ns)  # the window's end, not the time of the import
     print(
         f"{client.base_url}: {sum(len(r) for r in pulled.rows.values())} rows "
         f"({', '.join(f'{k} {len(v)}' for k, v in pulled.rows.items())}) -> {writer.path}",
