@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from loadkit.commands import options
 from loadkit.errors import EXIT_INTERRUPTED, LoadkitError, UsageError
 
 HELP = "find the highest arrival rate within an SLO (and the replicas a peak needs)"
@@ -112,17 +113,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--model", help="model name (default: the server's only model)")
     add_search_options(parser, slo_required=True)
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a request parameter (protocol, users, spacing, candidates, batch_size, ...)",
+    options.add_overrides(
+        parser, "a request parameter (protocol, users, spacing, candidates, batch_size, ...)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed for arrivals and payloads")
-    parser.add_argument("--out", default="reports", help="parent of the run directory")
-    parser.add_argument("--run-id", help="run directory name (default: time + capacity)")
+    options.add_seed_and_output(parser, default_name="time + capacity")
     parser.add_argument(
         "--gpu",
         choices=("auto", "nvml", "sim", "none"),

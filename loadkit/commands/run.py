@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loadkit.commands import options
 from loadkit.errors import EXIT_INTERRUPTED, EXIT_SLO_FAILED, EXIT_TARGET, UsageError
 from loadkit.telemetry.gpu import GPU_CHOICES
 
@@ -151,17 +152,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="with --master: seconds to wait for the workers to connect (default 60)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed for arrivals and payloads")
-    parser.add_argument("--out", default="reports", help="parent of the run directory")
-    parser.add_argument("--run-id", help="run directory name (default: time + scenario)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="set a scenario parameter (repeatable)",
-    )
+    options.add_seed_and_output(parser, default_name="time + scenario")
+    options.add_overrides(parser, "set a scenario parameter (repeatable)")
     req = parser.add_argument_group(
         "requests (default: built from the model's metadata and config on the server)"
     )

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from loadkit.commands import options
 from loadkit.errors import EXIT_INTERRUPTED, LoadkitError, TargetError, UsageError
 from loadkit.rundir.schema import Manifest
 
@@ -74,14 +75,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="a configuration setting and its values (repeatable): max_queue_delay_us, "
         "preferred_batch_size, max_batch_size, instances",
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a scenario parameter, the same at every point (repeatable)",
-    )
+    options.add_overrides(parser, "a scenario parameter, the same at every point (repeatable)")
     parser.add_argument("--duration", type=float, help="run length per point in seconds")
     parser.add_argument(
         "--warmup",
@@ -91,9 +85,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="each point's first seconds are left out of its numbers (default 5: the model "
         "was just loaded)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed for arrivals and payloads")
-    parser.add_argument("--out", default="reports", help="parent of the sweep directory")
-    parser.add_argument("--run-id", help="sweep directory name (default: time + sweep)")
+    options.add_seed_and_output(parser, directory="sweep directory", default_name="time + sweep")
     parser.add_argument(
         "--from-runs",
         nargs="+",

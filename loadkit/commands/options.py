@@ -1,0 +1,23 @@
+"""Command-line options several commands share, spelled and explained once."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_seed_and_output(
+    parser: argparse.ArgumentParser, *, directory: str = "run directory", default_name: str
+) -> None:
+    """`--seed`, `--out`, `--run-id` of a command that records (run, capacity, sweep)."""
+    parser.add_argument("--seed", type=int, default=0, help="seed for arrivals and payloads")
+    parser.add_argument("--out", default="reports", help=f"parent of the {directory}")
+    parser.add_argument(
+        "--run-id", help=f"{directory.split()[0]} directory name (default: {default_name})"
+    )
+
+
+def add_overrides(parser: argparse.ArgumentParser | argparse._ArgumentGroup, help: str) -> None:
+    """`--set NAME=VALUE` (repeatable) into `args.overrides`."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE", help=help
+    )
