@@ -166,11 +166,17 @@ def window_percentiles(
 def choose_window_s(
     counts_per_second: Sequence[int], min_requests: int = MIN_REQUESTS_FOR_P99
 ) -> float:
-    """1 s, or WIDEN_TO_S when the typical busy 1 s window is too thin for a P99."""
+    """The fewest whole seconds whose typical window holds a P99's worth of requests.
+
+    As narrow as the rate allows (60/s: 2 s, 40/s: 3 s), never wider than
+    WIDEN_TO_S: a window far wider than a fault leaves no unaffected windows to
+    compare it with, so a 0.3 s stall every 7 s at 60/s would look like the baseline.
+    """
     busy = [c for c in counts_per_second if c > 0]
     if not busy:
         return 1.0
-    return 1.0 if float(np.median(busy)) >= min_requests else WIDEN_TO_S
+    typical = float(np.median(busy))
+    return float(min(WIDEN_TO_S, max(1.0, np.ceil(min_requests / typical))))
 
 
 def summarize(hist: Histogram, kind: str) -> LatencySummary:

@@ -314,9 +314,9 @@ def test_wide_loads_cover_three_levels_and_both_models() -> None:
             assert p.case in generate.DOC_RANKER_CASES and p.load_level != "knee"
             assert p.load["model"] == "doc_ranker" and p.load["shape"] == "DOC_IDS:16"
             assert p.triton["extra_models_queue_delay_us"] == 0  # no batching-window finding
-        if p.load_level == "knee":  # the slow server, 55-68 % of its nominal capacity
+        if p.load_level == "knee":  # the slow server, 42-55 % of its nominal capacity
             capacity = generate._nominal_capacity(p.triton)
-            assert 0.55 * capacity - 0.1 <= p.rate <= 0.68 * capacity + 0.1
+            assert 0.42 * capacity - 0.1 <= p.rate <= 0.55 * capacity + 0.1
         elif p.case not in ("batching-window",):
             lo, hi = generate.LEVEL_RATES[str(p.load_level)]
             assert lo <= p.rate <= hi

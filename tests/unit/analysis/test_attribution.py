@@ -176,3 +176,18 @@ def test_a_weak_lead_never_outranks_a_strong_standing_condition():
         "connection_churn",
         "unexplained_compute_slowdown",
     ]
+
+
+def test_a_residual_seen_in_one_episode_is_weak_a_recurring_one_keeps_its_level(analyze_spec):
+    # GIVEN the model itself slowing down, once in one run and three times in another
+    once = analyze_spec(RunSpec(rate_rps=200, model_slowdowns=(W(40, 44, 1.5),)), "slow-once")
+    thrice = analyze_spec(
+        RunSpec(rate_rps=200, model_slowdowns=(W(20, 24, 1.5), W(50, 54, 1.5), W(80, 84, 1.5))),
+        "slow-thrice",
+    )
+    (one,) = [f for f in once.findings if f.cause == "unexplained_compute_slowdown"]
+    (three,) = [f for f in thrice.findings if f.cause == "unexplained_compute_slowdown"]
+    # THEN one spike whose only signature is the slowdown itself is no pattern: weak
+    # (a clean run's one noisy window read "moderate" before); three of them are more
+    assert len(one.episodes) == 1 and one.confidence == "weak", one
+    assert len(three.episodes) >= 2 and three.confidence != "weak", three

@@ -59,9 +59,11 @@ def test_thin_window_reads_its_percentiles_from_a_wider_span():
     assert abs(wp.latency.max_ms[2] - 50.0) < 0.1  # but its own max is kept
 
 
-def test_window_widens_to_five_seconds_when_typical_second_is_thin():
+def test_window_widens_only_as_far_as_the_typical_second_needs():
     assert choose_window_s([MIN_REQUESTS_FOR_P99 * 2] * 10) == 1.0
-    assert choose_window_s([40] * 10 + [0] * 5) == 5.0
+    assert choose_window_s([60] * 10 + [0] * 5) == 2.0
+    assert choose_window_s([40] * 10 + [0] * 5) == 3.0
+    assert choose_window_s([5] * 10) == 5.0
     assert choose_window_s([]) == 1.0
 
 
