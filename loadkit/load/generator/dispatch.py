@@ -10,6 +10,11 @@ shows up in the corrected latency instead of lowering the offered rate.
 Idle users block without a timeout (a pool of 1,000 users polling every
 0.1 s cost a quarter of the process's CPU) and are woken one per arrival,
 most recently idle first; stopping wakes them all.
+
+Each pass of the scheduler queues every arrival already due at once (one
+wake-up of the scheduler per due time, not per arrival: at 2,000/s gevent's
+1 ms timer finds two or more due per pass), and a user that finishes a
+request takes the next queued arrival without going back to the hub.
 """
 
 from __future__ import annotations
@@ -28,6 +33,13 @@ from loadkit.load.shapes import Phase, Shape
 
 # Longest single sleep of the scheduler: it wakes this often to emit phases and drop stale arrivals.
 _MAX_SLEEP_S = 0.05
+# gevent's timers fire up to ~1 ms late (libev rounds a poll's timeout up to whole ms): the
+# scheduler sleeps to this much before an arrival and yields to the event loop for the rest.
+EARLY_WAKE_S = 0.0011
+# The yielding loop (a spin that still serves every ready socket) may take at most this share
+# of wall time, averaged over SPIN_WINDOW_S; past it the scheduler sleeps on the timer.
+SPIN_SHARE = 0.5
+SPIN_WINDOW_S = 0.1
 
 
 class Arrival(NamedTuple):
@@ -70,6 +82,14 @@ class ArrivalQueue:
         if self._idle:
             self._hub.loop.run_callback(self._idle.pop().switch, None)
 
+    def put_many(self, arrivals: list[Arrival]) -> None:
+        """Queue arrivals due together; wakes one idle user per arrival, as `put` does."""
+        self._pending.extend(arrivals)
+        idle = self._idle
+        run_callback = self._hub.loop.run_callback
+        for _ in range(min(len(arrivals), len(idle))):
+            run_callback(idle.pop().switch, None)
+
     def pop(self) -> Arrival:
         return self._pending.popleft()
 
@@ -98,6 +118,28 @@ class ArrivalQueue:
         idle, self._idle = self._idle, []
         for waiter in idle:
             self._hub.loop.run_callback(waiter.switch, None)
+
+
+class SpinBudget:
+    """How much of the last `window_s` the scheduler may spend yielding instead of sleeping.
+
+    A leaky bucket: yielding adds its wall time, which drains at `share` per second;
+    it allows yielding while the level stays under `share * window_s`.
+    """
+
+    def __init__(self, share: float = SPIN_SHARE, window_s: float = SPIN_WINDOW_S):
+        self.share = share
+        self.cap = share * window_s
+        self.level = 0.0
+        self._at = 0.0
+
+    def allows(self, now: float) -> bool:
+        self.level = max(0.0, self.level - (now - self._at) * self.share)
+        self._at = now
+        return self.level < self.cap
+
+    def spent(self, start: float, end: float) -> None:
+        self.level += end - start
 
 
 class OpenModelDispatcher:
@@ -131,6 +173,7 @@ class OpenModelDispatcher:
         self.finished = False  # all arrivals handed out (or stopped)
         self._stopping = False
         self._greenlet: gevent.Greenlet | None = None
+        self._spin = SpinBudget()
 
     @property
     def started(self) -> bool:
@@ -197,40 +240,70 @@ class OpenModelDispatcher:
         return phases
 
     def _wait_until(self, target: float, phases: list[Phase]) -> None:
+        """Return at `target` (monotonic), emitting phases and dropping stale arrivals meanwhile.
+
+        gevent's timer alone sends 0.65-0.9 ms late (P50): a poll's timeout is rounded up
+        to whole milliseconds. So the scheduler sleeps on the timer to `EARLY_WAKE_S`
+        before `target` and then yields to the event loop (`gevent.sleep(0)`: every
+        ready socket and woken user runs first) until `target`. The yielding is bounded:
+        not while arrivals wait for a free user (they would wait anyway), and at most
+        `SPIN_SHARE` of wall time (`_SpinBudget`), so a fast rate cannot buy
+        precision with a whole core; past the bound it sleeps on the timer as before.
+        """
         assert self.t0_mono is not None
         t0 = self.t0_mono
         queue = self.queue
+        budget = self._spin
         while not self._stopping:
             now = time.monotonic()
             if phases and phases[0].t_s <= now - t0:
                 self._emit_phases(phases, now - t0)
             if len(queue):
                 self._drop_stale(now)
-            if now >= target:
+            remaining = target - now
+            if remaining <= 0:
                 return
-            gevent.sleep(min(target - now, _MAX_SLEEP_S))
+            if remaining > EARLY_WAKE_S:
+                gevent.sleep(min(remaining - EARLY_WAKE_S, _MAX_SLEEP_S))
+            elif not len(queue) and budget.allows(now):
+                gevent.sleep(0)
+                budget.spent(now, time.monotonic())
+            else:
+                gevent.sleep(remaining)
 
     def _run(self) -> None:
         assert self.t0_mono is not None and self.t0_ns is not None
         # load-start / load-end bracket the shape's own phases: t = 0 of the shape in wall time.
         phases = [Phase(0.0, "load-start", {"rate": self.shape.rate_at(0.0)})]
         phases += sorted(self.shape.phases(), key=lambda p: p.t_s)
-        times = arrival_times(
-            self.shape,
-            spacing=self.spacing,
-            seed=self.seed,
-            worker_index=self.worker_index,
-            worker_count=self.worker_count,
+        times = iter(
+            arrival_times(
+                self.shape,
+                spacing=self.spacing,
+                seed=self.seed,
+                worker_index=self.worker_index,
+                worker_count=self.worker_count,
+            )
         )
-        for t in times:
-            target = self.t0_mono + t
-            self._wait_until(target, phases)
+        t0 = self.t0_mono
+        t0_ns = self.t0_ns
+        offered = self.recorder.offered
+        name = self.request_name
+        t = next(times, None)
+        while t is not None:
+            self._wait_until(t0 + t, phases)
             if self._stopping:
                 break
-            lag_ns = max(0, round((time.monotonic() - target) * 1e9))
-            intended_ns = self.t0_ns + round(t * 1e9)
-            self.recorder.offered(self.request_name, intended_ns, lag_ns)
-            self.queue.put(Arrival(target, intended_ns))
+            # Every arrival already due goes out in this pass; each keeps its own lag.
+            now = time.monotonic()
+            due: list[Arrival] = []
+            while t is not None and t0 + t <= now:
+                target = t0 + t
+                intended_ns = t0_ns + round(t * 1e9)
+                offered(name, intended_ns, max(0, round((now - target) * 1e9)))
+                due.append(Arrival(target, intended_ns))
+                t = next(times, None)
+            self.queue.put_many(due)
         # Keep emitting phases and dropping stale arrivals until the shape ends.
         self._wait_until(self.t0_mono + self.shape.end_s(), phases)
         if not self._stopping:
