@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -201,3 +202,64 @@ def test_the_http_client_checks_a_kept_connection_without_yielding_to_the_event_
     assert alive(a) is False and alive(None) is False
     assert yields == []
     client.close()
+
+
+def _tensors(*inputs: tuple[str, str, np.ndarray], outputs: tuple[str, ...] = ()) -> Any:
+    from loadkit.load.sources import tensors_request
+
+    return tensors_request(list(inputs), outputs)
+
+
+_RNG = np.random.default_rng(5)
+_FRAGMENT_CASES = {
+    "fp32 batch, outputs": _tensors(
+        ("INPUT0", "FP32", _RNG.random((4, 16), dtype=np.float32)), outputs=("OUT", "SCORES")
+    ),
+    "several dtypes and shapes": _tensors(
+        ("ids", "INT64", _RNG.integers(-(2**40), 2**40, (2, 3, 5))),
+        ("mask", "BOOL", _RNG.random((2, 5)) > 0.5),
+        ("half", "FP16", _RNG.random(7).astype(np.float16)),
+        ("pix", "UINT8", _RNG.integers(0, 255, (1, 2, 2, 3), dtype=np.uint8)),
+        ("wide", "FP64", _RNG.random((3, 1))),
+    ),
+    "strings (BYTES)": _tensors(
+        ("query", "BYTES", np.array([b"caf\xc3\xa9", b"", b'a "quoted" \\ word'], dtype=object)),
+        ("text", "BYTES", np.array([["x", "y"]], dtype=object)),
+        outputs=("OUT",),
+    ),
+    "a scalar and an empty tensor": _tensors(
+        ("s", "INT32", np.array(7, dtype=np.int32)),
+        ("e", "FP32", np.zeros((0, 4), dtype=np.float32)),
+    ),
+    "no inputs": _tensors(outputs=("OUT",)),
+    "orjson refuses (big-endian)": _tensors(("b", "FP32", np.arange(4, dtype=">f4"))),
+}
+
+
+@pytest.mark.parametrize("case", list(_FRAGMENT_CASES))
+def test_json_bodies_from_fragments_are_the_old_builders_bytes(case: str) -> None:
+    from loadkit.load.transports import KserveV2JsonBodies, kserve_v2_json_bytes
+
+    bodies = KserveV2JsonBodies()
+    request = _FRAGMENT_CASES[case]
+    # the first request builds the fragments, the next ones reuse them with new values
+    assert bodies.encode(request) == kserve_v2_json_bytes(request)
+    for _ in range(3):
+        changed = request._replace(
+            arrays=tuple(
+                a if a.dtype == object else _RNG.permutation(a.ravel()).reshape(a.shape)
+                for a in request.arrays
+            )
+        )
+        assert bodies.encode(changed) == kserve_v2_json_bytes(changed)
+
+
+@pytest.mark.parametrize("plan", _plans(), ids=["ranker", "doc-synthetic", "doc-input-data"])
+def test_json_bodies_ahead_from_fragments_are_the_old_builders_bytes(plan) -> None:  # type: ignore[no-untyped-def]
+    from loadkit.load.transports import kserve_v2_json_bytes
+
+    transport = JsonHttpTransport("http://127.0.0.1:1", plan.model, timeout_s=1, churn=False)
+    source = build_source(plan, seed=0, encode=transport.encode_block)
+    for _ in range(70):  # past one block
+        request = source.next()
+        assert request.wire == kserve_v2_json_bytes(request)
