@@ -193,3 +193,16 @@ def test_put_many_wakes_one_idle_user_per_arrival() -> None:
     assert queue.idle_users == 1
     queue.close()
     gevent.joinall(greenlets, timeout=1)
+
+
+def test_the_scheduler_yields_unless_an_arrival_has_waited_for_a_user() -> None:
+    dispatcher = OpenModelDispatcher(
+        Constant(rate=1.0, duration_s=1.0), _Counts(), request_name="x"
+    )  # type: ignore[arg-type]
+    now = time.monotonic()
+    assert not dispatcher._users_behind(now)  # nothing queued
+    dispatcher.queue.put(Arrival(now - 0.0002, 0))  # just queued: its user is being woken
+    assert not dispatcher._users_behind(now)
+    dispatcher.queue.pop()
+    dispatcher.queue.put(Arrival(now - 0.005, 0))  # 5 ms without a free user: all are busy
+    assert dispatcher._users_behind(now)

@@ -245,10 +245,11 @@ class OpenModelDispatcher:
         gevent's timer alone sends 0.65-0.9 ms late (P50): a poll's timeout is rounded up
         to whole milliseconds. So the scheduler sleeps on the timer to `EARLY_WAKE_S`
         before `target` and then yields to the event loop (`gevent.sleep(0)`: every
-        ready socket and woken user runs first) until `target`. The yielding is bounded:
-        not while arrivals wait for a free user (they would wait anyway), and at most
-        `SPIN_SHARE` of wall time (`_SpinBudget`), so a fast rate cannot buy
-        precision with a whole core; past the bound it sleeps on the timer as before.
+        ready socket and woken user runs first) until `target`. The yielding is
+        bounded: not while arrivals wait for a free user (`_users_behind`: they would
+        wait anyway), and at most `SPIN_SHARE` of wall time (`SpinBudget`), so a fast
+        rate cannot buy precision with a whole core; past the bound it sleeps on the
+        timer as before.
         """
         assert self.t0_mono is not None
         t0 = self.t0_mono
@@ -265,11 +266,19 @@ class OpenModelDispatcher:
                 return
             if remaining > EARLY_WAKE_S:
                 gevent.sleep(min(remaining - EARLY_WAKE_S, _MAX_SLEEP_S))
-            elif not len(queue) and budget.allows(now):
+            elif not self._users_behind(now) and budget.allows(now):
                 gevent.sleep(0)
                 budget.spent(now, time.monotonic())
             else:
                 gevent.sleep(remaining)
+
+    def _users_behind(self, now: float) -> bool:
+        """An arrival has waited for a free user longer than the early wake-up: all are busy.
+
+        (Arrivals just queued wait for the users woken for them to run: that is not behind.)
+        """
+        head = self.queue.peek()
+        return head is not None and now - head.intended_mono > EARLY_WAKE_S
 
     def _run(self) -> None:
         assert self.t0_mono is not None and self.t0_ns is not None
