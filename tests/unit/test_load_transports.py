@@ -93,7 +93,7 @@ def test_grpc_message_ahead_is_the_message_tritonclient_sends(plan) -> None:  # 
             timeout=None,
             parameters=None,
         )
-        assert request.wire.SerializeToString() == expected.SerializeToString()
+        assert request.wire == expected.SerializeToString()
 
 
 def _same_values(sent: dict, expected: dict) -> bool:  # type: ignore[type-arg]
@@ -263,3 +263,39 @@ def test_json_bodies_ahead_from_fragments_are_the_old_builders_bytes(plan) -> No
     for _ in range(70):  # past one block
         request = source.next()
         assert request.wire == kserve_v2_json_bytes(request)
+
+
+def test_grpc_messages_from_fragments_are_protobufs_own_bytes_for_large_and_string_tensors() -> (
+    None
+):
+    from tritonclient.grpc import service_pb2
+
+    from loadkit.load.transports import raw_bytes
+
+    # GIVEN tensors whose lengths need 1-, 2- and 3-byte varints, and a BYTES tensor
+    transport = TritonGrpcTransport("127.0.0.1:1", "m", timeout_s=1, churn=False)
+    fields = service_pb2.ModelInferRequest.DESCRIPTOR.fields
+    assert max(f.number for f in fields) == 7 == fields[-1].number  # raw_input_contents last
+    for size in (0, 5, 40, 5000, 70_000):
+        request = _tensors(
+            ("a", "FP32", np.arange(size, dtype=np.float32)),
+            ("s", "BYTES", np.array([b"x" * (size % 300), b"caf\xc3\xa9"], dtype=object)),
+            outputs=("OUT",),
+        )
+        wire = transport.encode(request)
+        # THEN the bytes are protobuf's own serialization of the whole message
+        expected = service_pb2.ModelInferRequest(
+            model_name="m",
+            inputs=[
+                service_pb2.ModelInferRequest.InferInputTensor(
+                    name=n, datatype=d, shape=list(a.shape)
+                )
+                for n, d, a in request.inputs
+            ],
+            outputs=[service_pb2.ModelInferRequest.InferRequestedOutputTensor(name="OUT")],
+            raw_input_contents=[
+                raw_bytes(d, a) for d, a in zip(request.datatypes, request.arrays, strict=True)
+            ],
+        )
+        assert wire == expected.SerializeToString()
+        assert service_pb2.ModelInferRequest.FromString(wire) == expected
