@@ -43,7 +43,7 @@ class TritonGrpcTransport(Transport):
     def __init__(self, url: str, model: str, *, timeout_s: float, churn: bool):
         super().__init__(url, model, timeout_s=timeout_s, churn=churn)
         _, self._hostport = split_url(url, default_scheme="grpc")
-        self._heads: dict[tuple[Any, ...], bytes] = {}
+        self._heads: dict[tuple[Any, ...], bytes] = {}  # request layout -> serialized head
         self._model_infer: Any = None
 
     def _open(self) -> None:
@@ -72,7 +72,11 @@ class TritonGrpcTransport(Transport):
         parts = [head]
         for datatype, array in zip(request.datatypes, request.arrays, strict=True):
             raw = raw_bytes(datatype, array)
-            parts += (_RAW_INPUT_TAG, _varint(len(raw)), raw)
+            size = len(raw)
+            prefix = _PREFIXES.get(size)
+            if prefix is None:
+                prefix = _PREFIXES[size] = _RAW_INPUT_TAG + _varint(size)
+            parts += (prefix, raw)
         return b"".join(parts)
 
     def _message_head(self, request: InferRequest) -> bytes:
@@ -110,6 +114,7 @@ MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 # raw_input_contents is field 7 of ModelInferRequest (repeated bytes: wire type 2), its last
 # field: appended after the rest, the bytes are those of protobuf's own serializer.
 _RAW_INPUT_TAG = bytes([(7 << 3) | 2])
+_PREFIXES: dict[int, bytes] = {}  # a tensor's byte length -> its entry's tag and length
 
 
 def _varint(value: int) -> bytes:
