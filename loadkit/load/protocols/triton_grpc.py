@@ -75,7 +75,9 @@ class TritonGrpcTransport(Transport):
             size = len(raw)
             prefix = _PREFIXES.get(size)
             if prefix is None:
-                prefix = _PREFIXES[size] = _RAW_INPUT_TAG + _varint(size)
+                prefix = _RAW_INPUT_TAG + _varint(size)
+                if len(_PREFIXES) < _PREFIXES_KEPT:  # BYTES tensors vary in length
+                    _PREFIXES[size] = prefix
             parts += (prefix, raw)
         return b"".join(parts)
 
@@ -115,6 +117,7 @@ MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 # field: appended after the rest, the bytes are those of protobuf's own serializer.
 _RAW_INPUT_TAG = bytes([(7 << 3) | 2])
 _PREFIXES: dict[int, bytes] = {}  # a tensor's byte length -> its entry's tag and length
+_PREFIXES_KEPT = 4096
 
 
 def _varint(value: int) -> bytes:
