@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 
 import gevent
+import pytest
 
-from loadkit.load.generator.dispatch import Arrival, ArrivalQueue, OpenModelDispatcher, SpinBudget
+from loadkit.load.generator import hrtimer
+from loadkit.load.generator.dispatch import Arrival, ArrivalQueue, OpenModelDispatcher
 from loadkit.load.shapes import Constant
 
 
@@ -117,13 +119,15 @@ class _Offered(_Counts):
         self.lags_ns.append(dispatch_lag_ns)
 
 
-def _run_dispatcher(rate: float, duration_s: float, spin_share: float):
+def _run_dispatcher(rate: float, duration_s: float, precise: bool):
     """Run a dispatcher to the shape's end; (recorder, scheduler passes, arrivals queued)."""
     recorder = _Offered()
     dispatcher = OpenModelDispatcher(
-        Constant(rate=rate, duration_s=duration_s), recorder, request_name="infer"
-    )  # type: ignore[arg-type]
-    dispatcher._spin = SpinBudget(share=spin_share)
+        Constant(rate=rate, duration_s=duration_s),
+        recorder,  # type: ignore[arg-type]
+        request_name="infer",
+        precise=precise,
+    )
     passes: list[int] = []
     put_many = dispatcher.queue.put_many
 
@@ -146,8 +150,8 @@ def _run_dispatcher(rate: float, duration_s: float, spin_share: float):
 
 
 def test_the_scheduler_queues_every_due_arrival_in_one_pass_and_keeps_each_ones_lag() -> None:
-    # GIVEN 2,000 arrivals/s, faster than gevent's 1 ms timer, and no yielding below it
-    recorder, passes, queued = _run_dispatcher(2000.0, 0.25, spin_share=0.0)
+    # GIVEN 2,000 arrivals/s, faster than gevent's 1 ms timer (no timerfd)
+    recorder, passes, queued = _run_dispatcher(2000.0, 0.25, precise=False)
     # THEN every arrival is offered once, in order, each with its own lag
     assert len(recorder.intended_ns) == len(queued) == 500
     assert recorder.intended_ns == sorted(recorder.intended_ns)
@@ -159,27 +163,15 @@ def test_the_scheduler_queues_every_due_arrival_in_one_pass_and_keeps_each_ones_
     assert len(passes) < 500 * 0.75
 
 
-def test_yielding_below_the_timer_sends_on_time() -> None:
-    # GIVEN 200 arrivals/s (5 ms apart: the timer alone is 0.65-0.9 ms late at the median)
-    recorder, _, _ = _run_dispatcher(200.0, 0.5, spin_share=1.0)
+@pytest.mark.skipif(not hrtimer.available(), reason="no timerfd on this platform")
+@pytest.mark.parametrize("rate", [100.0, 200.0, 1000.0])
+def test_the_timerfd_sends_on_time_where_gevents_timer_is_late(rate: float) -> None:
+    # GIVEN arrivals 10, 5 and 1 ms apart (gevent's timer alone: 0.65-0.9 ms late at the median)
+    recorder, _, _ = _run_dispatcher(rate, 0.5, precise=True)
     # THEN the median arrival is queued within 0.2 ms of its intended time
     lags = sorted(recorder.lags_ns)
-    assert len(lags) == 100
+    assert len(lags) == int(rate * 0.5)
     assert lags[len(lags) // 2] <= 200_000
-
-
-def test_the_spin_budget_allows_yielding_up_to_its_share_of_wall_time() -> None:
-    # GIVEN a scheduler that would yield all the time, in 0.1 ms steps, for 1 s
-    budget = SpinBudget(share=0.5, window_s=0.1)
-    now, spun = 0.0, 0.0
-    while now < 1.0:
-        if budget.allows(now):
-            budget.spent(now, now + 1e-4)
-            spun += 1e-4
-        now += 1e-4
-    # THEN it yielded half the time (plus at most one window's worth), never all of it
-    assert 0.45 <= spun <= 0.5 + 0.05 + 1e-3
-    assert SpinBudget(share=0.0).allows(0.0) is False
 
 
 def test_put_many_wakes_one_idle_user_per_arrival() -> None:
@@ -193,16 +185,3 @@ def test_put_many_wakes_one_idle_user_per_arrival() -> None:
     assert queue.idle_users == 1
     queue.close()
     gevent.joinall(greenlets, timeout=1)
-
-
-def test_the_scheduler_yields_unless_an_arrival_has_waited_for_a_user() -> None:
-    dispatcher = OpenModelDispatcher(
-        Constant(rate=1.0, duration_s=1.0), _Counts(), request_name="x"
-    )  # type: ignore[arg-type]
-    now = time.monotonic()
-    assert not dispatcher._users_behind(now)  # nothing queued
-    dispatcher.queue.put(Arrival(now - 0.0002, 0))  # just queued: its user is being woken
-    assert not dispatcher._users_behind(now)
-    dispatcher.queue.pop()
-    dispatcher.queue.put(Arrival(now - 0.005, 0))  # 5 ms without a free user: all are busy
-    assert dispatcher._users_behind(now)

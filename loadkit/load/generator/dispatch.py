@@ -12,34 +12,30 @@ Idle users block without a timeout (a pool of 1,000 users polling every
 most recently idle first; stopping wakes them all.
 
 Each pass of the scheduler queues every arrival already due at once (one
-wake-up of the scheduler per due time, not per arrival: at 2,000/s gevent's
-1 ms timer finds two or more due per pass), and a user that finishes a
-request takes the next queued arrival without going back to the hub.
+wake-up per due time, not per arrival), and a user that finishes a request
+takes the next queued arrival without going back to the hub. The scheduler
+sleeps to each due time on a timerfd (`hrtimer`), ~0.1 ms late instead of
+gevent's ~1 ms, at the same CPU per wake-up.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import gevent
 from gevent.hub import Waiter, get_hub
 
+from loadkit.load.generator import hrtimer
 from loadkit.load.generator.arrivals import arrival_times
+from loadkit.load.generator.hrtimer import MonotonicTimer
 from loadkit.load.generator.recorder import LatencyRecorder
 from loadkit.load.shapes import Phase, Shape
 
 # Longest single sleep of the scheduler: it wakes this often to emit phases and drop stale arrivals.
 _MAX_SLEEP_S = 0.05
-# gevent's timers fire up to ~1 ms late (libev rounds a poll's timeout up to whole ms): the
-# scheduler sleeps to this much before an arrival and yields to the event loop for the rest.
-EARLY_WAKE_S = 0.0011
-# The yielding loop (a spin that still serves every ready socket) may take at most this share
-# of wall time, averaged over SPIN_WINDOW_S; past it the scheduler sleeps on the timer.
-SPIN_SHARE = 0.5
-SPIN_WINDOW_S = 0.1
 
 
 class Arrival(NamedTuple):
@@ -120,28 +116,6 @@ class ArrivalQueue:
             self._hub.loop.run_callback(waiter.switch, None)
 
 
-class SpinBudget:
-    """How much of the last `window_s` the scheduler may spend yielding instead of sleeping.
-
-    A leaky bucket: yielding adds its wall time, which drains at `share` per second;
-    it allows yielding while the level stays under `share * window_s`.
-    """
-
-    def __init__(self, share: float = SPIN_SHARE, window_s: float = SPIN_WINDOW_S):
-        self.share = share
-        self.cap = share * window_s
-        self.level = 0.0
-        self._at = 0.0
-
-    def allows(self, now: float) -> bool:
-        self.level = max(0.0, self.level - (now - self._at) * self.share)
-        self._at = now
-        return self.level < self.cap
-
-    def spent(self, start: float, end: float) -> None:
-        self.level += end - start
-
-
 class OpenModelDispatcher:
     """Schedules this process's share of a shape's arrivals."""
 
@@ -157,6 +131,7 @@ class OpenModelDispatcher:
         worker_count: int = 1,
         max_start_delay_s: float = 1.0,
         on_phase: PhaseCallback | None = None,
+        precise: bool = True,
     ):
         self.shape = shape
         self.recorder = recorder
@@ -173,7 +148,7 @@ class OpenModelDispatcher:
         self.finished = False  # all arrivals handed out (or stopped)
         self._stopping = False
         self._greenlet: gevent.Greenlet | None = None
-        self._spin = SpinBudget()
+        self.precise = precise  # sub-millisecond wake-ups (hrtimer), where the platform has them
 
     @property
     def started(self) -> bool:
@@ -239,22 +214,18 @@ class OpenModelDispatcher:
                 self.on_phase(phase, self.t0_ns + round(phase.t_s * 1e9))
         return phases
 
-    def _wait_until(self, target: float, phases: list[Phase]) -> None:
+    def _wait_until(
+        self, target: float, phases: list[Phase], timer: MonotonicTimer | None = None
+    ) -> None:
         """Return at `target` (monotonic), emitting phases and dropping stale arrivals meanwhile.
 
-        gevent's timer alone sends 0.65-0.9 ms late (P50): a poll's timeout is rounded up
-        to whole milliseconds. So the scheduler sleeps on the timer to `EARLY_WAKE_S`
-        before `target` and then yields to the event loop (`gevent.sleep(0)`: every
-        ready socket and woken user runs first) until `target`. The yielding is
-        bounded: not while arrivals wait for a free user (`_users_behind`: they would
-        wait anyway), and at most `SPIN_SHARE` of wall time (`SpinBudget`), so a fast
-        rate cannot buy precision with a whole core; past the bound it sleeps on the
-        timer as before.
+        The last stretch (under `_MAX_SLEEP_S`) is slept on `timer` (a timerfd: ~0.1 ms
+        late) when there is one, else on gevent's timer (0.65-0.9 ms late at the median:
+        libev rounds a poll's timeout up to whole milliseconds).
         """
         assert self.t0_mono is not None
         t0 = self.t0_mono
         queue = self.queue
-        budget = self._spin
         while not self._stopping:
             now = time.monotonic()
             if phases and phases[0].t_s <= now - t0:
@@ -264,21 +235,43 @@ class OpenModelDispatcher:
             remaining = target - now
             if remaining <= 0:
                 return
-            if remaining > EARLY_WAKE_S:
-                gevent.sleep(min(remaining - EARLY_WAKE_S, _MAX_SLEEP_S))
-            elif not self._users_behind(now) and budget.allows(now):
-                gevent.sleep(0)
-                budget.spent(now, time.monotonic())
+            if remaining > _MAX_SLEEP_S:
+                gevent.sleep(_MAX_SLEEP_S)
+            elif timer is not None:
+                timer.sleep_until(target)
             else:
                 gevent.sleep(remaining)
 
-    def _users_behind(self, now: float) -> bool:
-        """An arrival has waited for a free user longer than the early wake-up: all are busy.
+    def _timer(self) -> MonotonicTimer | None:
+        if not (self.precise and hrtimer.available()):
+            return None
+        try:
+            return MonotonicTimer()
+        except OSError:
+            return None
 
-        (Arrivals just queued wait for the users woken for them to run: that is not behind.)
-        """
-        head = self.queue.peek()
-        return head is not None and now - head.intended_mono > EARLY_WAKE_S
+    def _schedule(
+        self, times: Iterator[float], phases: list[Phase], timer: MonotonicTimer | None
+    ) -> None:
+        """Queue each arrival at its time; every arrival already due goes out in one pass."""
+        assert self.t0_mono is not None and self.t0_ns is not None
+        t0, t0_ns = self.t0_mono, self.t0_ns
+        offered = self.recorder.offered
+        name = self.request_name
+        t = next(times, None)
+        while t is not None:
+            self._wait_until(t0 + t, phases, timer)
+            if self._stopping:
+                return
+            now = time.monotonic()
+            due: list[Arrival] = []
+            while t is not None and t0 + t <= now:  # each keeps its own lag
+                target = t0 + t
+                intended_ns = t0_ns + round(t * 1e9)
+                offered(name, intended_ns, max(0, round((now - target) * 1e9)))
+                due.append(Arrival(target, intended_ns))
+                t = next(times, None)
+            self.queue.put_many(due)
 
     def _run(self) -> None:
         assert self.t0_mono is not None and self.t0_ns is not None
@@ -294,25 +287,12 @@ class OpenModelDispatcher:
                 worker_count=self.worker_count,
             )
         )
-        t0 = self.t0_mono
-        t0_ns = self.t0_ns
-        offered = self.recorder.offered
-        name = self.request_name
-        t = next(times, None)
-        while t is not None:
-            self._wait_until(t0 + t, phases)
-            if self._stopping:
-                break
-            # Every arrival already due goes out in this pass; each keeps its own lag.
-            now = time.monotonic()
-            due: list[Arrival] = []
-            while t is not None and t0 + t <= now:
-                target = t0 + t
-                intended_ns = t0_ns + round(t * 1e9)
-                offered(name, intended_ns, max(0, round((now - target) * 1e9)))
-                due.append(Arrival(target, intended_ns))
-                t = next(times, None)
-            self.queue.put_many(due)
+        timer = self._timer()
+        try:
+            self._schedule(times, phases, timer)
+        finally:
+            if timer is not None:
+                timer.close()
         # Keep emitting phases and dropping stale arrivals until the shape ends.
         self._wait_until(self.t0_mono + self.shape.end_s(), phases)
         if not self._stopping:
