@@ -32,6 +32,7 @@ from loadkit.analysis.latency_counts import LatencyCounts
 from loadkit.analysis.model import (
     PRIMARY_PERCENTILES,
     SCHEMA_VERSION,
+    Alert,
     Analysis,
     CapacityResult,
     Finding,
@@ -74,6 +75,7 @@ from loadkit.analysis.telemetry import (
 )
 from loadkit.errors import RunFormatError
 from loadkit.rundir import Run
+from loadkit.rundir.generator_check import schedule_shortfall
 
 
 def primary_percentile(episodes: Sequence[SpikeEpisode], periodicity: Sequence[Periodicity]) -> str:
@@ -644,6 +646,9 @@ def judge(
         np.nan_to_num(aligned.offered),
         gpu.temp_slowdown_c if gpu else None,
     )
+    shortfall = schedule_shortfall(run.load_intervals)
+    if shortfall is not None:  # the same line as `loadkit run`'s summary
+        alert_list.append(Alert("generator_behind", "warn", shortfall.line(), start, end))
     p99_5s = rolling_p99(aligned.corrected_h, window_s)
     recoveries = [
         burst_recovery(

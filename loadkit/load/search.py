@@ -37,13 +37,14 @@ from hdrh.histogram import HdrHistogram
 from loadkit import percentile_names
 from loadkit.load.live import SECOND_NS, IntervalView, LiveRunReader, merge
 from loadkit.load.shapes import RateSchedule
+from loadkit.rundir import generator_check
 from loadkit.rundir.layout import EVENTS_FILE
 
 SCHEDULE_FILE = "capacity/schedule.jsonl"  # the `_steered` scenario reads it
 ACHIEVED_SHARE = 0.97  # achieved >= 97 % of offered
 STABLE_TOLERANCE = 0.10  # the last 3 windows within 10 % of their mean
 STABLE_WINDOWS = 3
-GENERATOR_CPU_PCT = 90.0  # a Locust process busier than this is the limit itself
+GENERATOR_CPU_PCT = generator_check.CPU_PCT  # a Locust process this busy is the limit itself
 GENERATOR_LAG_MS = 100.0  # scheduler lateness that means the generator fell behind
 SERVICE_GROWTH = 1.5  # service time within 1.5 x (+2 ms) its low-load value: the server kept up
 IDLE_RPS = 1.0  # between probes (the `_steered` scenario's idle_rate): never 0, see Steered

@@ -12,6 +12,7 @@ from typing import Any
 
 from loadkit import percentile_names
 from loadkit.rundir import load_run, new_histogram
+from loadkit.rundir.generator_check import schedule_shortfall
 
 SUMMARY_PERCENTILES = ("p50", "p99", "p999")
 
@@ -35,6 +36,7 @@ class RunSummary:
     error_messages: dict[str, list[str]] = field(default_factory=dict)  # the server's words
     abort: dict[str, Any] | None = None  # the manifest's `abort` (an --abort-on condition, Ctrl-C)
     lost_workers: list[dict[str, Any]] = field(default_factory=list)  # manifest.distributed.lost
+    generator: str | None = None  # the generator fell behind its schedule: what and what to do
 
     @property
     def achieved_per_s(self) -> float:
@@ -67,6 +69,7 @@ class RunSummary:
                     f" (~{w.get('unsent_estimate', 0)} requests; {w.get('why')})"
                     for w in self.lost_workers
                 ),
+                *([f"  generator {self.generator}"] if self.generator else []),
                 *(
                     [f"  aborted   {self.abort['message']}"]
                     if self.abort and self.abort.get("message")
@@ -108,8 +111,10 @@ def summarize_run(run_dir: str | Path) -> RunSummary:
         out["max"] = h.get_max_value() / 1000.0
         return out
 
+    shortfall = schedule_shortfall(load)
     return RunSummary(
         run_dir=Path(run_dir),
+        generator=shortfall.line() if shortfall is not None else None,
         status=run.status,
         seconds=seconds,
         corrected_ms=percentiles("corrected"),

@@ -99,6 +99,7 @@ class LoadRow(_LoadRowKeys, total=False):
 
     dispatch_lag_max_ms: float  # open model
     completion_gaps: list[list[int]]  # absent in runs recorded before it
+    generator_cpu_pct: float | None  # the Locust process's CPU, % of one core; absent before
 
 
 class _RequestRowKeys(TypedDict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -189,6 +190,11 @@ def test_master_writes_one_run_from_workers_that_cannot_see_it(
     assert merged.get_total_count() == summary.ok
     for p, key in ((50.0, "p50"), (99.0, "p99"), (99.9, "p999")):
         assert summary.corrected_ms[key] == merged.get_value_at_percentile(p) / 1000.0
+    # ... and Locust's own table on the master (workers feed their stats in aggregate) agrees
+    log = (cluster.run_dir / "logs" / "locust-master.log").read_text()
+    rows = re.findall(r"^\s+Aggregated\s+(\d+)\s+(\d+)\(", log, re.MULTILINE)
+    assert rows, log[-2000:]
+    assert (int(rows[-1][0]), int(rows[-1][1])) == (summary.ok + summary.errors, summary.errors)
     # ... nothing was written where the workers ran, and the manifest names both with clocks
     for home in cluster.homes:
         assert list(home.iterdir()) == []

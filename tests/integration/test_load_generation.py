@@ -7,6 +7,7 @@ Each test runs a few seconds of load; together they stay well under 2 minutes
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -438,7 +439,8 @@ def test_plain_locust_command_records_the_same_files(triton: Any, tmp_path: Path
     plain_cwd.mkdir()
     plain = subprocess.run(
         [sys.executable, "-m", "locust", "-f", str(scenario), "--headless"]
-        + ["--host", triton.http_url, "--only-summary", "--loglevel", "WARNING"],
+        + ["--host", triton.http_url, "--only-summary", "--loglevel", "WARNING"]
+        + ["--csv", str(plain_cwd / "locust")],
         cwd=plain_cwd,
         env={**env, "LOADKIT_PARAMS": json.dumps(params)},
         capture_output=True,
@@ -462,3 +464,9 @@ def test_plain_locust_command_records_the_same_files(triton: Any, tmp_path: Path
         assert totals.ok == totals.offered == _merged(run_dir, "corrected").get_total_count()
         kinds = {h.kind for h in load_run(run_dir).latency_intervals}
         assert {"corrected", "service"} <= kinds <= {"corrected", "service", "pending"}
+    # and Locust's own --csv totals (fed in aggregate) count the same requests as loadkit
+    with (plain_cwd / "locust_stats.csv").open() as f:
+        rows = {row["Name"]: row for row in csv.DictReader(f)}
+    totals = summarize_run(plain_dir)
+    assert int(rows["Aggregated"]["Request Count"]) == totals.ok + totals.errors == 50 * 4
+    assert int(rows["Aggregated"]["Failure Count"]) == totals.errors

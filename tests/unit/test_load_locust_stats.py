@@ -93,8 +93,8 @@ def test_the_runtime_trims_locust_stats_while_its_recorder_is_open():
         for t in range(now - 3600, now):
             stats.total.num_reqs_per_sec[t] += 1
         recorder = SimpleNamespace(closed=False)
-        runtime = SimpleNamespace(environment=SimpleNamespace(stats=stats))
-        loop = gevent.spawn(LoadRuntime._bound_locust_stats, runtime, recorder)
+        runtime = SimpleNamespace(environment=SimpleNamespace(stats=stats), flush_locust_stats=lambda: None)
+        loop = gevent.spawn(LoadRuntime._keep_locust_stats, runtime, recorder)
         gevent.sleep(0.1)
         recorder.closed = True
         loop.join(timeout=1)
@@ -107,3 +107,87 @@ def test_the_runtime_trims_locust_stats_while_its_recorder_is_open():
     dead, kept = done.stdout.split()[-2:]
     assert dead == "True"
     assert int(kept) <= locust_stats.KEEP_S + 1
+
+
+_FEED_CODE = """
+import csv, io, json, random, time
+from types import SimpleNamespace
+from locust.event import EventHook
+from locust.stats import RequestStats, StatsCSV
+from loadkit.load.generator import locust_stats
+
+rng = random.Random(7)
+requests = []
+for i in range(2000):
+    name = "infer" if i % 3 else "other"
+    error = None if i % 17 else ValueError("HTTP 503" if i % 2 else "timed out")
+    requests.append(("HTTP", name, rng.uniform(0.05, 900.0), i % 5, error))
+
+# Locust's own way: one events.request per request, into its runner's listener.
+by_request = RequestStats(use_response_times_cache=True)
+for method, name, ms, length, error in requests:
+    by_request.log_request(method, name, ms, length)
+    if error is not None:
+        by_request.log_error(method, name, error)
+
+# loadkit's: the same requests through the feed, flushed in a few batches.
+by_feed = RequestStats(use_response_times_cache=True)
+env = SimpleNamespace(stats=by_feed, events=SimpleNamespace(request=EventHook()))
+feed = locust_stats.LocustStatsFeed(env)
+for i, request in enumerate(requests):
+    feed.request(*request)
+    if i % 300 == 299:
+        feed.flush()
+feed.flush()
+
+def rows(stats):
+    out = io.StringIO()
+    writer = csv.writer(out)
+    report = StatsCSV(SimpleNamespace(stats=stats), [0.5, 0.99])
+    report.requests_csv(writer)
+    table = list(csv.reader(io.StringIO(out.getvalue())))
+    # Requests/s and Failures/s (columns 9, 10) depend on when a request was logged, the
+    # average on the order of a float sum; every other column must be equal.
+    table = [r[:5] + [r[5][:8]] + r[6:9] + r[11:] for r in table]
+    out = io.StringIO()
+    report.failures_csv(csv.writer(out))
+    # First/last seen: stamped to the second, both present; the same second is not promised.
+    failures = list(csv.reader(io.StringIO(out.getvalue())))
+    return table + [r[:4] + [bool(v) for v in r[4:]] for r in failures]
+
+def entry(e):
+    return [e.num_requests, e.num_failures, round(e.total_response_time, 6),
+            e.min_response_time, e.max_response_time, dict(e.response_times),
+            e.total_content_length]
+
+print(json.dumps({
+    "per_request": feed.per_request,
+    "csv": [rows(by_request), rows(by_feed)],
+    "total": [entry(by_request.total), entry(by_feed.total)],
+    "infer": [entry(by_request.get("infer", "HTTP")), entry(by_feed.get("infer", "HTTP"))],
+    "errors": [sorted((k, e.occurrences) for k, e in s.errors.items()) for s in (by_request, by_feed)],
+}, default=str))
+
+# A plugin listening to events.request gets every request, as before.
+fired = []
+hook = EventHook()
+hook.add_listener(lambda **kw: fired.append(kw["response_time"]))
+plugin = locust_stats.LocustStatsFeed(SimpleNamespace(stats=RequestStats(), events=SimpleNamespace(request=hook)))
+plugin.request("HTTP", "infer", 1.5, 0, None)
+print(json.dumps({"plugin": plugin.per_request, "fired": fired}))
+"""
+
+
+def test_the_feed_gives_locust_the_same_statistics_and_csv_as_one_event_per_request():
+    # In a child: real Locust statistics and its CSV writer.
+    done = subprocess.run(
+        [sys.executable, "-c", _FEED_CODE], capture_output=True, text=True, timeout=60, check=True
+    )
+    lines = done.stdout.strip().splitlines()
+    got, plugin = json.loads(lines[-2]), json.loads(lines[-1])
+    assert got["per_request"] is False
+    assert got["total"][0][0] == 2000
+    assert got["total"][0][1] > 0  # some failures among them
+    for key in ("csv", "total", "infer", "errors"):
+        assert got[key][0] == got[key][1], key
+    assert plugin == {"plugin": True, "fired": [1.5]}

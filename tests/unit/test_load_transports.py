@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -92,7 +93,7 @@ def test_grpc_message_ahead_is_the_message_tritonclient_sends(plan) -> None:  # 
             timeout=None,
             parameters=None,
         )
-        assert request.wire.SerializeToString() == expected.SerializeToString()
+        assert request.wire == expected.SerializeToString()
 
 
 def _same_values(sent: dict, expected: dict) -> bool:  # type: ignore[type-arg]
@@ -201,3 +202,100 @@ def test_the_http_client_checks_a_kept_connection_without_yielding_to_the_event_
     assert alive(a) is False and alive(None) is False
     assert yields == []
     client.close()
+
+
+def _tensors(*inputs: tuple[str, str, np.ndarray], outputs: tuple[str, ...] = ()) -> Any:
+    from loadkit.load.sources import tensors_request
+
+    return tensors_request(list(inputs), outputs)
+
+
+_RNG = np.random.default_rng(5)
+_FRAGMENT_CASES = {
+    "fp32 batch, outputs": _tensors(
+        ("INPUT0", "FP32", _RNG.random((4, 16), dtype=np.float32)), outputs=("OUT", "SCORES")
+    ),
+    "several dtypes and shapes": _tensors(
+        ("ids", "INT64", _RNG.integers(-(2**40), 2**40, (2, 3, 5))),
+        ("mask", "BOOL", _RNG.random((2, 5)) > 0.5),
+        ("half", "FP16", _RNG.random(7).astype(np.float16)),
+        ("pix", "UINT8", _RNG.integers(0, 255, (1, 2, 2, 3), dtype=np.uint8)),
+        ("wide", "FP64", _RNG.random((3, 1))),
+    ),
+    "strings (BYTES)": _tensors(
+        ("query", "BYTES", np.array([b"caf\xc3\xa9", b"", b'a "quoted" \\ word'], dtype=object)),
+        ("text", "BYTES", np.array([["x", "y"]], dtype=object)),
+        outputs=("OUT",),
+    ),
+    "a scalar and an empty tensor": _tensors(
+        ("s", "INT32", np.array(7, dtype=np.int32)),
+        ("e", "FP32", np.zeros((0, 4), dtype=np.float32)),
+    ),
+    "no inputs": _tensors(outputs=("OUT",)),
+    "orjson refuses (big-endian)": _tensors(("b", "FP32", np.arange(4, dtype=">f4"))),
+}
+
+
+@pytest.mark.parametrize("case", list(_FRAGMENT_CASES))
+def test_json_bodies_from_fragments_are_the_old_builders_bytes(case: str) -> None:
+    from loadkit.load.transports import KserveV2JsonBodies, kserve_v2_json_bytes
+
+    bodies = KserveV2JsonBodies()
+    request = _FRAGMENT_CASES[case]
+    # the first request builds the fragments, the next ones reuse them with new values
+    assert bodies.encode(request) == kserve_v2_json_bytes(request)
+    for _ in range(3):
+        changed = request._replace(
+            arrays=tuple(
+                a if a.dtype == object else _RNG.permutation(a.ravel()).reshape(a.shape)
+                for a in request.arrays
+            )
+        )
+        assert bodies.encode(changed) == kserve_v2_json_bytes(changed)
+
+
+@pytest.mark.parametrize("plan", _plans(), ids=["ranker", "doc-synthetic", "doc-input-data"])
+def test_json_bodies_ahead_from_fragments_are_the_old_builders_bytes(plan) -> None:  # type: ignore[no-untyped-def]
+    from loadkit.load.transports import kserve_v2_json_bytes
+
+    transport = JsonHttpTransport("http://127.0.0.1:1", plan.model, timeout_s=1, churn=False)
+    source = build_source(plan, seed=0, encode=transport.encode_block)
+    for _ in range(70):  # past one block
+        request = source.next()
+        assert request.wire == kserve_v2_json_bytes(request)
+
+
+def test_grpc_messages_from_fragments_are_protobufs_own_bytes_for_large_and_string_tensors() -> (
+    None
+):
+    from tritonclient.grpc import service_pb2
+
+    from loadkit.load.transports import raw_bytes
+
+    # GIVEN tensors whose lengths need 1-, 2- and 3-byte varints, and a BYTES tensor
+    transport = TritonGrpcTransport("127.0.0.1:1", "m", timeout_s=1, churn=False)
+    fields = service_pb2.ModelInferRequest.DESCRIPTOR.fields
+    assert max(f.number for f in fields) == 7 == fields[-1].number  # raw_input_contents last
+    for size in (0, 5, 40, 5000, 70_000):
+        request = _tensors(
+            ("a", "FP32", np.arange(size, dtype=np.float32)),
+            ("s", "BYTES", np.array([b"x" * (size % 300), b"caf\xc3\xa9"], dtype=object)),
+            outputs=("OUT",),
+        )
+        wire = transport.encode(request)
+        # THEN the bytes are protobuf's own serialization of the whole message
+        expected = service_pb2.ModelInferRequest(
+            model_name="m",
+            inputs=[
+                service_pb2.ModelInferRequest.InferInputTensor(
+                    name=n, datatype=d, shape=list(a.shape)
+                )
+                for n, d, a in request.inputs
+            ],
+            outputs=[service_pb2.ModelInferRequest.InferRequestedOutputTensor(name="OUT")],
+            raw_input_contents=[
+                raw_bytes(d, a) for d, a in zip(request.datatypes, request.arrays, strict=True)
+            ],
+        )
+        assert wire == expected.SerializeToString()
+        assert service_pb2.ModelInferRequest.FromString(wire) == expected

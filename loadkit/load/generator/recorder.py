@@ -266,6 +266,9 @@ class LatencyRecorder:
         self._writing = False
         self.totals: Counter[str] = Counter()
         self.messages: dict[str, list[str]] = {}  # error kind -> first distinct messages
+        # This process's CPU since the last interval written (wall, CPU seconds): whether the
+        # generator itself was the limit (loadkit.rundir.generator_check).
+        self._cpu_mark = (time.monotonic(), time.process_time())
 
     def align_clock(self, offset_ns: int) -> bool:
         """Record in a clock `offset_ns` ahead of ours; only before the first record.
@@ -495,6 +498,13 @@ class LatencyRecorder:
             hist.record_value(max(1, (end_ns - intended_ns) // 1000), count)
         return hist
 
+    def _cpu_pct(self) -> float | None:
+        """This process's CPU since the last call, in % of one core (None: too short to say)."""
+        wall, cpu = time.monotonic(), time.process_time()
+        wall0, cpu0 = self._cpu_mark
+        self._cpu_mark = (wall, cpu)
+        return round(100.0 * (cpu - cpu0) / (wall - wall0), 1) if wall - wall0 >= 0.2 else None
+
     def _write_interval(
         self, index: int, length_ns: int, pause: Callable[[], None] | None = None
     ) -> None:
@@ -517,6 +527,7 @@ class LatencyRecorder:
                 if pause is not None:
                     pause()
         written = 0
+        cpu_pct = self._cpu_pct()
         for name in names:
             slot = by_name.get(name) or _NameInterval()
             self.sink.load(
@@ -535,6 +546,7 @@ class LatencyRecorder:
                     "error_kinds": dict(slot.error_kinds),
                     "dispatch_lag_max_ms": round(slot.dispatch_lag_max_ns / 1e6, 3),
                     "completion_gaps": slot.gaps,
+                    "generator_cpu_pct": cpu_pct,
                 }
             )
             kept = {id(s) for s in slot.reservoir}

@@ -103,6 +103,7 @@ class LoadRuntime:
         self._worker_count_env = os.environ.get(ENV_WORKER_COUNT)
         self.worker_count_from_master: int | None = None
         self.recorder: LatencyRecorder | None = None
+        self.locust_feed: locust_stats.LocustStatsFeed | None = None  # Locust's stats, in aggregate
         self.sink: channel.ChannelSink | None = None  # a worker's records go to the master
         self.clock = channel.ClockProbe()
         self.collector: channel.RecordCollector | None = None  # the master's writer
@@ -424,7 +425,9 @@ class LoadRuntime:
                 assert self.run_dir is not None
                 self.recorder = LatencyRecorder(self.run_dir, self.process_name(), seed=self.seed)
             self._ticker = gevent.spawn(self._tick_loop, self.recorder)
-            gevent.spawn(self._bound_locust_stats, self.recorder)
+            if self.locust_feed is None:
+                self.locust_feed = locust_stats.LocustStatsFeed(self.environment)
+            gevent.spawn(self._keep_locust_stats, self.recorder)
         return self.recorder
 
     def _worker_recorder(self) -> LatencyRecorder:
@@ -447,12 +450,23 @@ class LoadRuntime:
             if not recorder.closed:
                 recorder.tick(pause=gevent.sleep)  # sleep(0): let ready responses be read
 
-    def _bound_locust_stats(self, recorder: LatencyRecorder) -> None:
+    def _keep_locust_stats(self, recorder: LatencyRecorder) -> None:
+        """Feed Locust's statistics every FLUSH_EVERY_S; trim them every TRIM_EVERY_S."""
+        next_trim = time.monotonic() + locust_stats.TRIM_EVERY_S
         while not recorder.closed:
-            gevent.sleep(locust_stats.TRIM_EVERY_S)
+            gevent.sleep(min(locust_stats.FLUSH_EVERY_S, locust_stats.TRIM_EVERY_S))
+            if recorder.closed:
+                break
+            self.flush_locust_stats()
             stats = getattr(self.environment, "stats", None)
-            if stats is not None and not recorder.closed:
+            if stats is not None and time.monotonic() >= next_trim:
                 locust_stats.trim(stats, time.time())
+                next_trim = time.monotonic() + locust_stats.TRIM_EVERY_S
+
+    def flush_locust_stats(self) -> None:
+        """Requests collected for Locust's statistics go into them now."""
+        if self.locust_feed is not None:
+            self.locust_feed.flush()
 
     def register_user(self) -> int:
         """A user started; returns its stream number (for its payload generator)."""
@@ -518,10 +532,12 @@ class LoadRuntime:
             self.dispatcher.stop()
 
     def on_test_stop(self) -> None:
+        self.flush_locust_stats()  # before Locust's final report, table and CSV rows
         self.close()
 
     def close(self) -> None:
         """Write everything recorded; finalize a run this process created."""
+        self.flush_locust_stats()
         if self.dispatcher is not None and not self.dispatcher.finished:
             self.dispatcher.stop()
         if self.recorder is not None and not self.recorder.closed:

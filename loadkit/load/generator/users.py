@@ -11,7 +11,8 @@ Open model: each user takes scheduled arrivals from the process's
 dispatcher; closed model: each user sends back to back (after `wait_time`).
 Every request is timed from its intended send time (corrected) and from its
 actual send (service), classified on failure, and reported to Locust's own
-stats too (service time) so the web UI keeps working. A request killed when
+stats too (service time, in aggregate: `locust_stats.LocustStatsFeed`) so the
+web UI and `--csv` files keep working. A request killed when
 a run stops is recorded as `cancelled`, never as a success.
 """
 
@@ -54,6 +55,7 @@ class InferenceUser(User):
         self._runtime = runtime
         self._name = runtime.scenario.request_name
         self._protocol = protocol
+        self._method = protocol.upper()  # Locust's request type column
         self._churn = bool(params["churn"])
         body = type(self).json_body
         plan = runtime.request_plan(self.host or "", protocol)
@@ -128,14 +130,9 @@ class InferenceUser(User):
         done_mono = self._record(
             recorder, intended_mono, intended_ns, sent_mono, kind, connection_new, message
         )
-        self.environment.events.request.fire(
-            request_type=self._protocol.upper(),
-            name=self._name,
-            response_time=(done_mono - sent_mono) * 1000.0,
-            response_length=0,
-            exception=error,
-            context={},
-        )
+        feed = self._runtime.locust_feed
+        if feed is not None:
+            feed.request(self._method, self._name, (done_mono - sent_mono) * 1000.0, 0, error)
 
     def _record(
         self,

@@ -13,10 +13,10 @@ from loadkit.load.protocols.base import Protocol, TransportOptions
 from loadkit.load.sources import InferRequest
 from loadkit.load.transports import (
     JsonBody,
+    KserveV2JsonBodies,
     Transport,
     dumps_json,
     kserve_v2_json,
-    kserve_v2_json_bytes,
     open_http_client,
     split_url,
 )
@@ -25,7 +25,8 @@ from loadkit.load.transports import (
 class JsonHttpTransport(Transport):
     """A JSON POST to `path` (e.g. a recommendation API in front of the model).
 
-    The default body (KServe v2 JSON tensors) is encoded ahead with the block;
+    The default body (KServe v2 JSON tensors) is encoded ahead with the block,
+    from fragments prebuilt per request layout (`KserveV2JsonBodies`);
     a scenario's own `json_body` is called per request, just before the send
     timestamp.
     """
@@ -46,6 +47,7 @@ class JsonHttpTransport(Transport):
         self._path = path.format(model=model)
         self._body = body or kserve_v2_json
         self._ahead = body is None
+        self._bodies = KserveV2JsonBodies()  # the default body, from prebuilt fragments
 
     def _open(self) -> None:
         self._client = open_http_client(self._base, self.timeout_s)
@@ -54,7 +56,7 @@ class JsonHttpTransport(Transport):
         if request.body is not None:
             return request.body
         if self._ahead:
-            return kserve_v2_json_bytes(request)
+            return self._bodies.encode(request)
         return dumps_json(self._body(request))
 
     def encode_block(self, requests: list[InferRequest]) -> list[InferRequest]:

@@ -27,24 +27,28 @@ def init_grpc_gevent() -> None:
 
 
 class TritonGrpcTransport(Transport):
-    """KServe v2 gRPC (tritonclient's generated stub); each user its own channel.
+    """KServe v2 gRPC (tritonclient's generated service); each user its own channel.
 
-    The `ModelInferRequest` of each request is built ahead (what
-    `tritonclient.grpc` builds per call: tensors' raw contents, the requested
-    outputs), from a template per shape; `send` only calls the stub. Errors
-    become tritonclient's `InferenceServerException` as its client raises them.
+    Each request goes out as the serialized `ModelInferRequest` that
+    `tritonclient.grpc` would send, byte for byte, built ahead from prebuilt
+    fragments: the message without its tensors (model, inputs' names, datatypes
+    and shapes, the requested outputs) is serialized once per request layout,
+    and each request appends only its tensors' bytes as `raw_input_contents`
+    entries (the message's last field, so the bytes are the ones protobuf would
+    write). The call sends those bytes as they are and does not decode the
+    answer (the request is timed, not checked, as over HTTP); errors become
+    tritonclient's `InferenceServerException` as its client raises them.
     """
 
     def __init__(self, url: str, model: str, *, timeout_s: float, churn: bool):
         super().__init__(url, model, timeout_s=timeout_s, churn=churn)
         _, self._hostport = split_url(url, default_scheme="grpc")
-        self._templates: dict[tuple[Any, ...], Any] = {}
-        self._stub: Any = None
+        self._heads: dict[tuple[Any, ...], bytes] = {}  # request layout -> serialized head
+        self._model_infer: Any = None
 
     def _open(self) -> None:
         init_grpc_gevent()
         import grpc
-        from tritonclient.grpc import service_pb2_grpc
 
         self._client = grpc.insecure_channel(
             self._hostport,
@@ -56,46 +60,74 @@ class TritonGrpcTransport(Transport):
                 ("grpc.max_receive_message_length", 2**31 - 1),
             ],
         )
-        self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._client)
+        # tritonclient's stub's method, taking and giving bytes (no serializers).
+        self._model_infer = self._client.unary_unary(MODEL_INFER)
 
-    def encode(self, request: InferRequest) -> Any:
-        from tritonclient.grpc import service_pb2
-
+    def encode(self, request: InferRequest) -> bytes:
         shapes = tuple(a.shape for a in request.arrays)
         key = (request.names, request.datatypes, request.outputs, shapes)
-        template = self._templates.get(key)
-        if template is None:
-            template = self._templates[key] = service_pb2.ModelInferRequest(
-                model_name=self.model,
-                inputs=[
-                    service_pb2.ModelInferRequest.InferInputTensor(
-                        name=n, datatype=d, shape=list(a.shape)
-                    )
-                    for n, d, a in request.inputs
-                ],
-                outputs=[
-                    service_pb2.ModelInferRequest.InferRequestedOutputTensor(name=n)
-                    for n in request.outputs
-                ],
-            )
-        proto = service_pb2.ModelInferRequest()
-        proto.CopyFrom(template)
-        proto.raw_input_contents.extend(
-            raw_bytes(d, a) for d, a in zip(request.datatypes, request.arrays, strict=True)
-        )
-        return proto
+        head = self._heads.get(key)
+        if head is None:
+            head = self._heads[key] = self._message_head(request)
+        parts = [head]
+        for datatype, array in zip(request.datatypes, request.arrays, strict=True):
+            raw = raw_bytes(datatype, array)
+            size = len(raw)
+            prefix = _PREFIXES.get(size)
+            if prefix is None:
+                prefix = _RAW_INPUT_TAG + _varint(size)
+                if len(_PREFIXES) < _PREFIXES_KEPT:  # BYTES tensors vary in length
+                    _PREFIXES[size] = prefix
+            parts += (prefix, raw)
+        return b"".join(parts)
 
-    def _send(self, wire: Any) -> None:
+    def _message_head(self, request: InferRequest) -> bytes:
+        """The serialized `ModelInferRequest` of `request`'s layout, without tensor contents."""
+        from tritonclient.grpc import service_pb2
+
+        return service_pb2.ModelInferRequest(
+            model_name=self.model,
+            inputs=[
+                service_pb2.ModelInferRequest.InferInputTensor(
+                    name=n, datatype=d, shape=list(a.shape)
+                )
+                for n, d, a in request.inputs
+            ],
+            outputs=[
+                service_pb2.ModelInferRequest.InferRequestedOutputTensor(name=n)
+                for n in request.outputs
+            ],
+        ).SerializeToString()
+
+    def _send(self, wire: bytes) -> None:
         import grpc
 
         try:
-            self._stub.ModelInfer(wire, timeout=self.timeout_s)
+            self._model_infer(wire, timeout=self.timeout_s)
         except grpc.RpcError as exc:
             from tritonclient.utils import InferenceServerException
 
             raise InferenceServerException(
                 msg=exc.details(), status=str(exc.code()), debug_details=exc.debug_error_string()
             ) from None
+
+
+MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+# raw_input_contents is field 7 of ModelInferRequest (repeated bytes: wire type 2), its last
+# field: appended after the rest, the bytes are those of protobuf's own serializer.
+_RAW_INPUT_TAG = bytes([(7 << 3) | 2])
+_PREFIXES: dict[int, bytes] = {}  # a tensor's byte length -> its entry's tag and length
+_PREFIXES_KEPT = 4096
+
+
+def _varint(value: int) -> bytes:
+    """`value` as a protobuf base-128 varint (a length prefix)."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _transport(url: str, model: str, options: TransportOptions) -> Transport:
