@@ -104,7 +104,7 @@ DEFAULT_WARMUP_S = 8.0
 
 # The request-sample columns `align_request_samples` reads: the rest (strings, mostly) is
 # never loaded. tests/unit/analysis/test_pipeline_scale.py checks nothing else is used.
-REQUEST_SAMPLE_COLUMNS = ("t_ns", "sent_ns", "done_ns", "connection_new")
+REQUEST_SAMPLE_COLUMNS = ("t_ns", "sent_ns", "done_ns", "connection_new", "request_bytes")
 
 
 _series = to_series

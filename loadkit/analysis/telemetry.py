@@ -519,6 +519,10 @@ class RequestSampleSeries:
     # reused-connection requests sent within NEIGHBOUR_S of them: the cost of a
     # new connection against requests at the same moment (None: no such neighbours).
     first_vs_neighbours: float | None = None
+    # Per window, from the rows' `request_bytes` (None: not recorded): the sampled
+    # requests' mean size, and the slowest ones' (SLOW_QUANTILE) mean size.
+    bytes_per_request: np.ndarray | None = None
+    slow_request_bytes: np.ndarray | None = None
 
 
 def align_request_samples(frame: pd.DataFrame, grid: WindowGrid) -> RequestSampleSeries | None:
@@ -526,6 +530,7 @@ def align_request_samples(frame: pd.DataFrame, grid: WindowGrid) -> RequestSampl
         return None
     new = frame["connection_new"].map(lambda v: 1.0 if v is True else 0.0 if v is False else np.nan)
     frac = reduce_on_grid(grid, frame["t_ns"].to_numpy(dtype=np.int64), new.to_numpy(dtype=float))
+    sizes = request_sizes(frame, grid)
     first = reused = None
     sent = numeric(frame, "sent_ns")
     done = numeric(frame, "done_ns")
@@ -537,8 +542,42 @@ def align_request_samples(frame: pd.DataFrame, grid: WindowGrid) -> RequestSampl
         first = float(np.median(a)) if a.size else None
         reused = float(np.median(b)) if b.size else None
         neighbours = _first_vs_neighbours(sent, service_ms, new.to_numpy(dtype=float))
-        return RequestSampleSeries(frac, first, reused, int(len(frame)), neighbours)
-    return RequestSampleSeries(frac, first, reused, int(len(frame)))
+        return RequestSampleSeries(frac, first, reused, int(len(frame)), neighbours, *sizes)
+    return RequestSampleSeries(frac, first, reused, int(len(frame)), None, *sizes)
+
+
+# The slowest requests of a window: those at or above this quantile of its sampled
+# corrected latencies (the tail that makes P99, with the `slowest` rows included).
+SLOW_QUANTILE = 0.95
+
+
+def request_sizes(
+    frame: pd.DataFrame, grid: WindowGrid
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per window: the sampled requests' mean bytes, and the slowest ones' mean bytes.
+
+    A tail made by a few large requests hides in every per-window mean of the
+    server's time (Triton's compute_input is a mean); the requests themselves say
+    whether the slow ones are the large ones.
+    """
+    size = numeric(frame, "request_bytes")
+    done = numeric(frame, "done_ns")
+    if size is None or done is None or np.all(np.isnan(size)):
+        return None, None
+    idx = grid.index(frame["t_ns"].to_numpy(dtype=np.int64))
+    latency = done - frame["t_ns"].to_numpy(dtype=float)
+    rows = pd.DataFrame({"w": idx, "size": size, "latency": latency})
+    rows = rows[(rows["w"] >= 0) & rows["size"].notna() & rows["latency"].notna()]
+    typical = np.full(grid.n, np.nan)
+    slowest = np.full(grid.n, np.nan)
+    if rows.empty:
+        return typical, slowest
+    mean = rows.groupby("w")["size"].mean()
+    typical[mean.index.to_numpy()] = mean.to_numpy()
+    cut = rows["w"].map(rows.groupby("w")["latency"].quantile(SLOW_QUANTILE))
+    slow = rows[rows["latency"] >= cut].groupby("w")["size"].mean()
+    slowest[slow.index.to_numpy()] = slow.to_numpy()
+    return typical, slowest
 
 
 NEIGHBOUR_S = 0.1

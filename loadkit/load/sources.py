@@ -68,6 +68,17 @@ class InferRequest(NamedTuple):
         """(name, datatype, array) per input."""
         return tuple(zip(self.names, self.datatypes, self.arrays, strict=True))
 
+    @property
+    def size_bytes(self) -> int:
+        """The request's data: its tensors' bytes (or its raw body's).
+
+        Recorded beside each sampled request, so the analysis can tell when the
+        slow requests are the large ones (data movement), on any protocol.
+        """
+        if self.body is not None:
+            return len(self.body)
+        return sum(a.nbytes for a in self.arrays)
+
     def describe(self) -> str:
         if self.body is not None:
             return f"a {len(self.body)}-byte JSON body"

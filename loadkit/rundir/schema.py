@@ -118,6 +118,7 @@ class RequestRow(_RequestRowKeys, total=False):
     """`requests/<process>.jsonl`: one sampled request."""
 
     sampled: str  # "reservoir" or "slowest"
+    request_bytes: int  # the request's tensor (or raw body) bytes; absent before
 
 
 class _GpuRowKeys(TypedDict):

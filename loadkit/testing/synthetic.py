@@ -114,6 +114,8 @@ class RunSpec:
     # host-device copies grow (large payloads, unpinned memory): strength = extra ms of
     # compute_input + compute_output per request in the batch; compute_infer unchanged
     data_movements: tuple[FaultWindow, ...] = ()
+    request_bytes: int = 2048  # each sampled request's recorded size
+    payload_bytes: int = 0  # added to the size of a request sent in a data-movement window
     error_rate: float = 0.0
     error_windows: tuple[ErrorWindow, ...] = ()  # requests fail with a kind (an outage, 503s)
     max_queue_size: int | None = None  # the model config's default_queue_policy
@@ -469,6 +471,8 @@ def _write_latency_and_load(
                     if sim.ok[j]
                     else (str(sim.error_kind[j]) if sim.error_kind is not None else "http_503"),
                     "connection_new": bool(sim.connection_new[j]),
+                    "request_bytes": spec.request_bytes
+                    + (spec.payload_bytes if _in_any(sim.intended[j], spec.data_movements) else 0),
                 }
                 samples.write(sample)
         hlog.close()

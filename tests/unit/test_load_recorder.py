@@ -95,6 +95,26 @@ def test_sample_is_bounded_and_keeps_the_slowest(tmp_path: Path) -> None:
     assert any(s["done_ns"] - s["t_ns"] == 900_000_000 for s in samples)
 
 
+def test_each_sampled_request_carries_its_size(tmp_path: Path) -> None:
+    rec = LatencyRecorder(tmp_path, "p", clock_ns=FakeClock(T0), sample_size=10, slowest_kept=2)
+    for i in range(100):
+        rec.started("infer", T0 + i)
+        slow = i == 50  # the one large request is the slowest
+        rec.completed(
+            "infer",
+            intended_ns=T0 + i,
+            sent_ns=T0 + i,
+            done_ns=T0 + i + (90_000_000 if slow else 5_000_000),
+            ok=True,
+            request_bytes=1 << 20 if slow else 2048,
+        )
+    rec.close(T0 + S)
+    samples = _rows(tmp_path / "requests" / "p.jsonl")
+    assert {s["request_bytes"] for s in samples} <= {2048, 1 << 20}
+    slowest = max(samples, key=lambda s: s["done_ns"] - s["t_ns"])
+    assert slowest["request_bytes"] == 1 << 20
+
+
 def test_interrupted_run_loads(tmp_path: Path) -> None:
     from loadkit.rundir import RunWriter
 

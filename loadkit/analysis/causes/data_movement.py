@@ -1,12 +1,18 @@
 """Data movement: the time to copy tensors to and from the device grows, the model's compute does not.
 
-Triton's statistics split a request's compute into compute_input (preparing
-and copying the inputs, host to device), compute_infer (the model) and
-compute_output (copying the outputs back). Spikes where input + output per
-request clear their baseline's spread while compute_infer stays within its own
-are data movement, not compute: large or unpinned tensors, a PCIe link shared
-with other work. On a GPU host the utilization stays low and memory swings
-while it happens (reported as evidence; a simulated or absent GPU says nothing).
+Two signals, either of which holds:
+- Triton's statistics split a request's compute into compute_input (preparing and
+  copying the inputs, host to device), compute_infer (the model) and compute_output
+  (copying the outputs back). Spikes where input + output per request clear their
+  baseline's spread while compute_infer stays within its own are data movement.
+- The requests say it themselves: the slowest requests of a spike window are far
+  larger than the slowest of the baseline windows (loadkit records each sampled
+  request's bytes). A few large requests make P99 while every per-window mean of
+  the server's time (Triton's included) barely moves.
+In both, the model's own compute must not be what grew (more candidates per
+request are more compute, not copying). On a GPU host the utilization stays low and
+memory swings while it happens (reported as evidence; a simulated or absent GPU
+says nothing).
 """
 
 from __future__ import annotations
@@ -21,11 +27,9 @@ from loadkit.analysis.causes.base import (
     check,
     data_movement_ms,
     ev,
-    flag,
     fmt,
     mean,
     median,
-    need,
 )
 from loadkit.analysis.model import CAUSE_DATA_MOVEMENT, Evidence
 from loadkit.analysis.noise import above_spread
@@ -41,43 +45,89 @@ INFER_RISE_FLOOR = 1.3
 MATERIAL_SHARE = 0.1
 
 
-@assessed(CAUSE_DATA_MOVEMENT)
-def signature(sig: Signals, baseline: np.ndarray) -> Signature:
-    cause = CAUSE_DATA_MOVEMENT
-    tr = need(sig.triton, "no triton_stats data (compute input/infer/output)")
-    moved = need(data_movement_ms(sig), "Triton's statistics have no compute_input/output time")
+# The slowest requests' mean size at least this many times the baseline's (besides
+# clearing its spread): the slow requests became the large ones.
+SIZE_RISE_FLOOR = 1.5
+
+
+def _copies_grew(sig: Signals, baseline: np.ndarray, moved: np.ndarray) -> np.ndarray | None:
+    """Per window: Triton's copy time grew by an amount that matters, more than the model's compute."""
     grew = above_spread(moved, baseline, MOVEMENT_RISE_FLOOR)
-    check(grew is not None, "no compute input/output time in baseline windows")
-    assert grew is not None
-    infer = tr.batch_compute_ms
-    infer_grew = above_spread(infer, baseline, INFER_RISE_FLOOR)
+    if grew is None:
+        return None
     cond = np.nan_to_num(grew, nan=0.0) > 0
-    if infer_grew is not None:
-        cond &= ~(np.nan_to_num(infer_grew, nan=0.0) > 0)
-    # The time went to the copies: they grew by more than the model's compute did, and
-    # by a share of a request's time that matters.
     move_excess = np.nan_to_num(moved - (median(moved, baseline) or 0.0), nan=0.0)
-    infer_base = median(infer, baseline)
-    if infer_base is not None:
+    infer = sig.triton.batch_compute_ms if sig.triton is not None else None
+    infer_base = median(infer, baseline) if infer is not None else None
+    if infer is not None and infer_base is not None:
         cond &= move_excess > np.nan_to_num(infer - infer_base, nan=0.0)
     service = median(sig.service_p50_ms, baseline)
     if service is not None:
         cond &= move_excess >= MATERIAL_SHARE * service
-    holds = flag(cond, moved)
+    return cond
+
+
+@assessed(CAUSE_DATA_MOVEMENT)
+def signature(sig: Signals, baseline: np.ndarray) -> Signature:
+    cause = CAUSE_DATA_MOVEMENT
+    moved = data_movement_ms(sig)
+    samples = sig.samples
+    slow_bytes = samples.slow_request_bytes if samples is not None else None
+    typical_bytes = samples.bytes_per_request if samples is not None else None
+    check(
+        moved is not None or slow_bytes is not None,
+        "neither Triton's compute_input/output time nor the requests' sizes were recorded",
+    )
+    copies = _copies_grew(sig, baseline, moved) if moved is not None else None
+    larger = above_spread(slow_bytes, baseline, SIZE_RISE_FLOOR) if slow_bytes is not None else None
+    check(copies is not None or larger is not None, "no copy time or request sizes in baseline")
+    cond = np.zeros(sig.n, bool)
+    if copies is not None:
+        cond |= copies
+    if larger is not None:
+        cond |= np.nan_to_num(larger, nan=0.0) > 0
+    infer = sig.triton.batch_compute_ms if sig.triton is not None else None
+    infer_grew = above_spread(infer, baseline, INFER_RISE_FLOOR) if infer is not None else None
+    if infer_grew is not None:  # the time went to the copies, not to the model
+        cond &= ~(np.nan_to_num(infer_grew, nan=0.0) > 0)
+    metric = slow_bytes if larger is not None and slow_bytes is not None else moved
+    assert metric is not None
+    unknown = np.ones(sig.n, bool)  # only where every assessed signal is unknown
+    for series, test in ((moved, copies), (slow_bytes, larger)):
+        if series is not None and test is not None:
+            unknown &= np.isnan(series)
+    holds = cond.astype(float)
+    holds[unknown] = np.nan
     gpu = sig.gpu
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
-        out = [
-            Evidence(
-                "data_movement_in_episodes",
-                mean(moved, ep),
-                "ms/request",
-                "Triton compute_input + compute_output",
-            ),
-            Evidence("data_movement_baseline", median(moved, base), "ms/request"),
-            Evidence("compute_infer_in_episodes", mean(infer, ep), "ms/batch"),
-            Evidence("compute_infer_baseline", median(infer, base), "ms/batch"),
-        ]
+        out: list[Evidence] = []
+        if slow_bytes is not None and typical_bytes is not None:
+            out += [
+                Evidence(
+                    "slowest_request_kib_in_episodes",
+                    _kib(mean(slow_bytes, ep)),
+                    "KiB",
+                    "mean size of the slowest 5 % of sampled requests",
+                ),
+                Evidence("slowest_request_kib_baseline", _kib(median(slow_bytes, base)), "KiB"),
+                Evidence("request_kib_in_episodes", _kib(mean(typical_bytes, ep)), "KiB"),
+            ]
+        if moved is not None:
+            out += [
+                Evidence(
+                    "data_movement_in_episodes",
+                    mean(moved, ep),
+                    "ms/request",
+                    "Triton compute_input + compute_output",
+                ),
+                Evidence("data_movement_baseline", median(moved, base), "ms/request"),
+            ]
+        if infer is not None:
+            out += [
+                Evidence("compute_infer_in_episodes", mean(infer, ep), "ms/batch"),
+                Evidence("compute_infer_baseline", median(infer, base), "ms/batch"),
+            ]
         if gpu is not None and not np.all(np.isnan(gpu.util_pct)):
             swing = gpu.mem_used_bytes / 2**20
             out += [
@@ -94,16 +144,34 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
             ]
         return out
 
-    return Signature(cause, holds, moved, evidence)
+    return Signature(cause, holds, metric, evidence)
+
+
+def _kib(value: float | None) -> float | None:
+    return None if value is None else value / 1024.0
 
 
 def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
-    text = (
-        f"Copying tensors to and from the model took {fmt(ev(e, 'data_movement_in_episodes'), '', 1)}"
-        f" ms per request (baseline {fmt(ev(e, 'data_movement_baseline'), '', 1)} ms) in {eps}, "
-        f"while the model's compute stayed at {fmt(ev(e, 'compute_infer_in_episodes'), '', 1)} ms "
-        f"per batch (baseline {fmt(ev(e, 'compute_infer_baseline'), '', 1)} ms)"
-    )
+    parts = []
+    if ev(e, "slowest_request_kib_in_episodes") is not None:
+        parts.append(
+            f"The slowest requests carried {fmt(ev(e, 'slowest_request_kib_in_episodes'), '', 1)}"
+            f" KiB on average in {eps} (baseline {fmt(ev(e, 'slowest_request_kib_baseline'), '', 1)}"
+            f" KiB; all requests {fmt(ev(e, 'request_kib_in_episodes'), '', 1)} KiB)"
+        )
+    if ev(e, "data_movement_in_episodes") is not None:
+        parts.append(
+            f"copying tensors to and from the model took "
+            f"{fmt(ev(e, 'data_movement_in_episodes'), '', 2)} ms per request (baseline "
+            f"{fmt(ev(e, 'data_movement_baseline'), '', 2)} ms)" + ("" if parts else f" in {eps}")
+        )
+    if ev(e, "compute_infer_in_episodes") is not None:
+        parts.append(
+            f"while the model's compute stayed at {fmt(ev(e, 'compute_infer_in_episodes'), '', 1)}"
+            f" ms per batch (baseline {fmt(ev(e, 'compute_infer_baseline'), '', 1)} ms)"
+        )
+    text = "; ".join(parts)
+    text = text[:1].upper() + text[1:]
     if ev(e, "gpu_util_in_episodes") is not None:
         text += (
             f"; GPU utilization {fmt(ev(e, 'gpu_util_in_episodes'))}% "

@@ -193,9 +193,10 @@ class _Sample:
     ok: bool
     error_kind: str | None
     connection_new: bool
+    request_bytes: int | None = None
 
     def row(self, why: str) -> RequestRow:
-        return {
+        row: RequestRow = {
             "t_ns": self.intended_ns,
             "sent_ns": self.sent_ns,
             "done_ns": self.done_ns,
@@ -205,6 +206,9 @@ class _Sample:
             "connection_new": self.connection_new,
             "sampled": why,
         }
+        if self.request_bytes is not None:
+            row["request_bytes"] = self.request_bytes
+        return row
 
 
 @dataclass
@@ -354,6 +358,7 @@ class LatencyRecorder:
         error_kind: str | None = None,
         connection_new: bool = False,
         error_message: str | None = None,
+        request_bytes: int | None = None,
     ) -> None:
         """A request finished (successfully or not); call once per `started`."""
         offset = self.clock_offset_ns
@@ -388,7 +393,9 @@ class LatencyRecorder:
             self.totals["errors"] += 1
             if error_message:
                 self._keep_message(kind, error_message, done_ns)
-        sample = _Sample(intended_ns, sent_ns, done_ns, name, ok, error_kind, connection_new)
+        sample = _Sample(
+            intended_ns, sent_ns, done_ns, name, ok, error_kind, connection_new, request_bytes
+        )
         self._sample(slot, sample)
 
     def _keep_message(self, kind: str, message: str, t_ns: int) -> None:

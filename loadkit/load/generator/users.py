@@ -107,7 +107,9 @@ class InferenceUser(User):
         """Send one request and record it; `None` intended time means "now" (closed model)."""
         recorder = self._runtime.get_recorder()
         transport = self._transport
-        wire = transport.prepare(self._source.next())  # encoded before the send timestamp
+        request = self._source.next()
+        wire = transport.prepare(request)  # encoded before the send timestamp
+        size = request.size_bytes
         sent_mono = time.monotonic()
         if intended_mono is None or intended_ns is None:
             intended_mono, intended_ns = sent_mono, time.time_ns()
@@ -120,7 +122,9 @@ class InferenceUser(User):
         try:
             connection_new = transport.send(wire)
         except GreenletExit:
-            self._record(recorder, intended_mono, intended_ns, sent_mono, CANCELLED, connection_new)
+            self._record(
+                recorder, intended_mono, intended_ns, sent_mono, CANCELLED, connection_new, size
+            )
             raise
         except Exception as exc:  # every failure is classified and counted
             error = exc
@@ -128,7 +132,7 @@ class InferenceUser(User):
         if error is not None:
             kind, message = classify_failure(error), error_message(error)
         done_mono = self._record(
-            recorder, intended_mono, intended_ns, sent_mono, kind, connection_new, message
+            recorder, intended_mono, intended_ns, sent_mono, kind, connection_new, size, message
         )
         feed = self._runtime.locust_feed
         if feed is not None:
@@ -142,6 +146,7 @@ class InferenceUser(User):
         sent_mono: float,
         error_kind: str | None,
         connection_new: bool,
+        request_bytes: int,
         message: str | None = None,
     ) -> float:
         done_mono = time.monotonic()
@@ -154,6 +159,7 @@ class InferenceUser(User):
             error_kind=error_kind,
             connection_new=connection_new,
             error_message=message,
+            request_bytes=request_bytes,
         )
         return done_mono
 

@@ -138,6 +138,25 @@ def test_copies_that_grow_while_the_model_does_not_are_data_movement(analyze_spe
     assert "server_data_movement" in names and "server_compute" in names
 
 
+def test_large_requests_are_data_movement_from_the_requests_sizes_alone(analyze_spec):
+    # GIVEN periodic large payloads on a server without Triton's statistics: only the
+    # sampled requests' sizes (request_bytes) show that the slow requests are the large ones
+    windows = tuple(W(t, t + 3, 6.0) for t in (12, 24, 36, 48, 60, 72))
+    a = analyze_spec(
+        RunSpec(
+            rate_rps=150,
+            data_movements=windows,
+            payload_bytes=1 << 20,
+            sources=("gpu", "host"),
+        ),
+        "sizes",
+    )
+    assert a.findings and a.findings[0].cause == "data_movement", _order(a)
+    names = {e.name for e in a.findings[0].evidence}
+    assert "slowest_request_kib_in_episodes" in names
+    assert "KiB" in a.findings[0].summary
+
+
 def test_a_slower_model_is_not_data_movement(analyze_spec):
     # GIVEN the model itself slows (compute_infer x3), copies as usual
     slow = tuple(W(t, t + 3, 3.0) for t in (12, 24, 36, 48, 60, 72))

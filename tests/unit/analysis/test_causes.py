@@ -395,6 +395,54 @@ def test_a_pool_that_grows_while_requests_pile_up_is_not_connection_churn():
     assert slow is not None and slow.first_vs_neighbours == pytest.approx(3.0)
 
 
+def test_a_tail_made_by_a_few_large_requests_is_data_movement():
+    import pandas as pd
+
+    from loadkit.analysis.causes import data_movement
+    from loadkit.analysis.telemetry import align_request_samples
+
+    # GIVEN 100 requests/s of 2 KiB taking 10 ms; in seconds 10-12 and 20-22 one request
+    # in 20 carries 1 MiB and takes 60 ms: the window's mean latency barely moves
+    sent = np.arange(0, 30, 0.01)
+    large = (((sent >= 10) & (sent < 12)) | ((sent >= 20) & (sent < 22))) & (
+        np.arange(sent.size) % 20 == 0
+    )
+    latency = np.where(large, 0.06, 0.01)
+    frame = pd.DataFrame(
+        {
+            "t_ns": (sent * S).astype(np.int64),
+            "sent_ns": (sent * S).astype(np.int64),
+            "done_ns": ((sent + latency) * S).astype(np.int64),
+            "connection_new": False,
+            "request_bytes": np.where(large, 1 << 20, 2048),
+        }
+    )
+    n = 30
+    samples = align_request_samples(frame, make_grid(0, n * S, 1.0))
+    assert samples is not None and samples.slow_request_bytes is not None
+    # THEN the slowest requests of those windows are the large ones
+    assert samples.slow_request_bytes[10] > 100 * samples.slow_request_bytes[5]
+    sig = _signals(n)
+    sig.samples = samples
+    baseline = np.ones(n, dtype=bool)
+    baseline[[10, 11, 20, 21]] = False
+    s = data_movement.signature(sig, baseline)
+    assert s.holds is not None
+    assert list(np.flatnonzero(s.holds == 1)) == [10, 11, 20, 21]
+    # ... and a window whose slow requests are ordinary ones (a stall) is not
+    frame["request_bytes"] = 2048
+    s = data_movement.signature(_signals_from_requests(frame, n), baseline)
+    assert s.holds is not None and np.nansum(s.holds) == 0
+
+
+def _signals_from_requests(frame, n):
+    from loadkit.analysis.telemetry import align_request_samples
+
+    sig = _signals(n)
+    sig.samples = align_request_samples(frame, make_grid(0, n * S, 1.0))
+    return sig
+
+
 def test_the_baseline_falls_back_to_the_attributed_percentiles_episodes():
     from loadkit.analysis.attribution import MIN_BASELINE_WINDOWS, baseline_for
     from loadkit.analysis.model import SpikeEpisode
