@@ -20,6 +20,7 @@ evidence (e.g. "queue time far above the batching window").
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -44,7 +45,10 @@ from loadkit.analysis.model import CONFIDENCES, CauseCheck, Evidence, Finding, S
 from loadkit.analysis.noise import EFFECT_MOVED, cliffs_delta
 
 LEAD_WINDOWS = 2
-BASELINE_MARGIN_WINDOWS = 2
+# Left out of the baseline on each side of an episode (its onset and its recovery): in
+# seconds, so that a low-rate run's longer windows (percentiles.choose_window_s) do not
+# spend a periodic fault's whole gap on margins and leave no baseline.
+BASELINE_MARGIN_S = 2.0
 # One coincidence does not show that a cause recurs with the spikes: a cause seen in
 # fewer spike episodes than this is rated one level lower than its statistics alone
 # (Fisher's test weighs one episode against hundreds of baseline windows and can call
@@ -58,13 +62,15 @@ ACTIONS = {c.id: c.action for c in REGISTRY}
 
 
 def baseline_mask(n: int, episodes: Sequence[SpikeEpisode], starts_ns: np.ndarray) -> np.ndarray:
-    """Windows outside every episode, with BASELINE_MARGIN_WINDOWS on each side."""
+    """Windows outside every episode, with BASELINE_MARGIN_S (at least a window) on each side."""
     mask = np.ones(n, dtype=bool)
+    window_s = float(starts_ns[1] - starts_ns[0]) / 1e9 if len(starts_ns) > 1 else 1.0
+    margin = max(1, math.ceil(BASELINE_MARGIN_S / window_s - 1e-9))
     for e in episodes:
         idx = np.nonzero((starts_ns >= e.start_ns) & (starts_ns < e.end_ns))[0]
         if idx.size:
-            lo = max(0, idx[0] - BASELINE_MARGIN_WINDOWS)
-            hi = min(n, idx[-1] + BASELINE_MARGIN_WINDOWS + 1)
+            lo = max(0, idx[0] - margin)
+            hi = min(n, idx[-1] + margin + 1)
             mask[lo:hi] = False
     return mask
 
@@ -81,14 +87,26 @@ def baseline_for(
     episodes: Sequence[SpikeEpisode],
     all_episodes: Sequence[SpikeEpisode],
     starts_ns: np.ndarray,
+    loaded: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The windows causes and latency parts are compared against (attributed `episodes` first)."""
-    baseline = baseline_mask(n, all_episodes, starts_ns)
+    """The windows causes and latency parts are compared against (attributed `episodes` first).
+
+    Only `loaded` windows (with completions) count: the empty windows before the
+    first request and after the last say nothing of a cause.
+    """
+    if loaded is None:
+        loaded = np.ones(n, dtype=bool)
+    baseline = baseline_mask(n, all_episodes, starts_ns) & loaded
     if baseline.sum() < MIN_BASELINE_WINDOWS:
-        baseline = baseline_mask(n, episodes, starts_ns)
-    if baseline.sum() < 3:  # nearly everything is an episode: use all windows
-        baseline = np.ones(n, dtype=bool)
+        baseline = baseline_mask(n, episodes, starts_ns) & loaded
+    if baseline.sum() < 3:  # nearly everything is an episode: use all loaded windows
+        baseline = loaded.copy() if loaded.sum() >= 3 else np.ones(n, dtype=bool)
     return baseline
+
+
+def loaded_windows(sig: Signals) -> np.ndarray:
+    """Windows in which requests completed."""
+    return np.nan_to_num(sig.completed, nan=0.0) > 0
 
 
 def _episode_windows(e: SpikeEpisode, starts_ns: np.ndarray, lead: int) -> np.ndarray:
@@ -331,7 +349,7 @@ def attribute(
     causes: Sequence[Cause] = REGISTRY,
 ) -> Attribution:
     """Test every cause against `episodes`; also tag `all_episodes` whose windows carry a found cause."""
-    baseline = baseline_for(sig.n, episodes, all_episodes, sig.starts_ns)
+    baseline = baseline_for(sig.n, episodes, all_episodes, sig.starts_ns, loaded_windows(sig))
     findings: list[Finding] = []
     checks: list[CauseCheck] = []
     causes_by_episode: dict[str, list[str]] = {}

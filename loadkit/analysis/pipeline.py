@@ -596,7 +596,13 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
         gone = set(production.PER_REQUEST_CAUSES)
         attribution.findings = [f for f in attribution.findings if f.cause not in gone]
     # Where the time goes, per window, and which part grew in each episode.
-    base = attr.baseline_for(grid.n, detected.episodes_for_primary, episodes, grid.starts_ns)
+    base = attr.baseline_for(
+        grid.n,
+        detected.episodes_for_primary,
+        episodes,
+        grid.starts_ns,
+        attr.loaded_windows(signals),
+    )
     latency_breakdown, parts = breakdown(signals, base)
     grew = label_episodes(episodes, parts, grid.starts_ns, base)
     return Attributed(

@@ -444,6 +444,8 @@ def _signals_from_requests(frame, n):
 
 
 def test_the_baseline_falls_back_to_the_attributed_percentiles_episodes():
+    import dataclasses
+
     from loadkit.analysis.attribution import MIN_BASELINE_WINDOWS, baseline_for
     from loadkit.analysis.model import SpikeEpisode
 
@@ -479,6 +481,21 @@ def test_the_baseline_falls_back_to_the_attributed_percentiles_episodes():
     quiet = p99 + [ep("p50", 30, 33)]
     base = baseline_for(n, p99, quiet, starts)
     assert not base[28:35].any() and base[16:28].all()
+
+    # GIVEN 2 s windows (a low-rate run) and a 1-window episode every 4-5 windows (a fault
+    # every 9 s), the first and last windows without traffic
+    starts2 = np.arange(n, dtype=np.int64) * 2 * S
+    every = [
+        dataclasses.replace(ep("p99", w, w + 1), start_ns=w * 2 * S, end_ns=(w + 1) * 2 * S)
+        for w in range(3, n - 2, 5)
+    ]
+    loaded = np.ones(n, dtype=bool)
+    loaded[[0, n - 1]] = False
+    base = baseline_for(n, every, every, starts2, loaded)
+    # THEN the margin is 2 s (one window) on each side, not two windows: each gap keeps
+    # baseline windows, and no empty window is one
+    assert base.sum() >= MIN_BASELINE_WINDOWS
+    assert not base[[0, n - 1]].any() and not base[2:5].any()
 
 
 def test_cores_busy_while_a_bursts_backlog_drains_are_not_cpu_saturation():
