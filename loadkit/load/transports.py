@@ -59,8 +59,38 @@ def open_http_client(base_url: str, timeout_s: float) -> Any:
         except (OSError, ValueError):
             return False
 
-    client._connection_pool._is_socket_alive = is_socket_alive  # type: ignore[method-assign]
+    pool = client._connection_pool
+    pool._is_socket_alive = is_socket_alive  # type: ignore[method-assign]
+    resolved = _literal_address(pool)
+    if resolved is not None:
+        pool._resolve = lambda: resolved  # type: ignore[method-assign]
     return client
+
+
+def _literal_address(pool: Any) -> list[Any] | None:
+    """getaddrinfo's answer for a pool whose host is an IP address (None for a name).
+
+    Each new connection resolves its host through gevent's thread pool: a
+    thread hand-off per connect, for an answer an IP address cannot change.
+    A name is still resolved per connection (DNS round robin spreads them).
+    """
+    import ipaddress
+    import socket
+
+    host = str(pool._connection_host).strip("[]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    family = socket.AF_INET if pool.disable_ipv6 else 0
+    return socket.getaddrinfo(
+        host,
+        pool._connection_port,
+        family,
+        socket.SOCK_STREAM,
+        socket.SOL_TCP,
+        flags=socket.AI_NUMERICHOST,
+    )
 
 
 def split_url(url: str, default_scheme: str = "http") -> tuple[str, str]:
@@ -116,6 +146,11 @@ class Transport(ABC):
     def connect(self) -> None:
         if not self.churn:
             self._open()
+
+    @property
+    def connected(self) -> bool:
+        """Whether a request went out on this transport's (kept) connection."""
+        return self._connected
 
     def send(self, wire: Any) -> bool:
         """Send one prepared request; True if it opened a new connection."""

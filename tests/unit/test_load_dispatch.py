@@ -47,6 +47,25 @@ def test_idle_users_block_without_polling_and_the_last_idle_is_woken_first() -> 
     assert queue.take() is None  # closed and empty: never blocks again
 
 
+def test_a_user_without_a_connection_is_woken_only_when_every_warm_user_is_busy() -> None:
+    # GIVEN two warm users (connected) and, idle after them, a new one without a connection
+    queue = ArrivalQueue()
+    got: list[tuple[str, Arrival | None]] = []
+    greenlets = _idle_users(queue, ["warm1", "warm2"], got)
+    greenlets.append(gevent.spawn(lambda: got.append(("cold", queue.take(cold=True)))))
+    gevent.sleep(0)
+    # WHEN two arrivals come, the warm users take them (the newest idle one would be "cold")
+    queue.put_many([_arrival(), _arrival()])
+    gevent.sleep(0)
+    assert sorted(name for name, _ in got) == ["warm1", "warm2"]
+    # ... and only a third, with every warm user busy, opens a connection
+    queue.put(_arrival())
+    gevent.sleep(0)
+    assert [name for name, _ in got][-1] == "cold"
+    queue.close()
+    gevent.joinall(greenlets, timeout=1)
+
+
 def test_arrivals_queued_before_close_are_still_handed_out() -> None:
     queue = ArrivalQueue()
     arrival = _arrival()

@@ -299,3 +299,18 @@ def test_grpc_messages_from_fragments_are_protobufs_own_bytes_for_large_and_stri
         )
         assert wire == expected.SerializeToString()
         assert service_pb2.ModelInferRequest.FromString(wire) == expected
+
+
+def test_an_ip_address_is_resolved_once_a_name_on_every_connection() -> None:
+    from loadkit.load.transports import open_http_client
+
+    # GIVEN clients for an IPv4, an IPv6 address and a host name
+    v4 = open_http_client("http://127.0.0.1:8000", 5.0)._connection_pool
+    v6 = open_http_client("http://[::1]:8000", 5.0)._connection_pool
+    name = open_http_client("http://localhost:8000", 5.0)._connection_pool
+    # THEN an address needs no resolver (no thread hand-off per new connection) ...
+    assert v4._resolve()[0][-1] == ("127.0.0.1", 8000)
+    assert v6._resolve()[0][-1][:2] == ("::1", 8000)
+    assert "_resolve" in vars(v4) and "_resolve" in vars(v6)
+    # ... while a name is still looked up per connection (DNS round robin)
+    assert "_resolve" not in vars(name)

@@ -94,7 +94,8 @@ class InferenceUser(User):
             # task loop per request.
             while self._state != LOCUST_STATE_STOPPING:
                 self._idle = True
-                arrival = dispatcher.take()
+                # A user without a connection is woken last (churn: every user opens one).
+                arrival = dispatcher.take(cold=not (self._churn or self._transport.connected))
                 self._idle = False
                 if arrival is None:
                     break
