@@ -8,7 +8,8 @@ For each rate it runs scenarios/soak.py for a few seconds (one Locust
 process) and calls the rate sustained when, in every whole second of load,
 the generator started and completed at least 98 % of the scheduled
 arrivals and dropped none, and the typical (median over seconds) worst
-dispatch lag stayed under 10 ms: past that, the generator itself is the
+dispatch lag stayed under 10 ms (`generator_check.LAG_MS`, the rule the run
+summary uses): past that, the generator itself is the
 bottleneck and corrected latency measures it, not the server.
 """
 
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from loadkit.load.orchestrator import run_scenario
 from loadkit.rundir import load_run
+from loadkit.rundir.generator_check import LAG_MS
 
 REPO = Path(__file__).resolve().parents[1]
 SECOND = 1_000_000_000
@@ -43,7 +45,7 @@ def judge_run(run_dir: Path, rate: float | None = None) -> dict:
 
     Sustained: every whole second started and completed >= 98 % of its
     offered arrivals, nothing was dropped, and the median of the per-second
-    worst dispatch lag stayed under 10 ms.
+    worst dispatch lag stayed under `LAG_MS` (10 ms).
     """
     run = load_run(run_dir)
     ev = run.events
@@ -70,7 +72,7 @@ def judge_run(run_dir: Path, rate: float | None = None) -> dict:
         "lag_ms_max": lags[-1] if lags else 0.0,
         "lag_ms_median_of_max": median_lag,
         "dropped": sum(p["dropped"] for p in per.values()),
-        "sustained": bool(seconds_ok) and all(seconds_ok) and median_lag < 10.0,
+        "sustained": bool(seconds_ok) and all(seconds_ok) and median_lag < LAG_MS,
     }
 
 

@@ -227,11 +227,14 @@ def score(
     found = confidence(coincidence, float(p_value), delta, lift) if explained else None
     found = cap_confidence(found, signature.max_confidence)
     if found is not None and len(explained) < MIN_EPISODES_AS_RATED:
-        found = CONFIDENCES[min(CONFIDENCES.index(found) + 1, len(CONFIDENCES) - 1)]
-        if BY_ID[cause].kind == UNEXPLAINED:
-            # A residual's signature is the slowdown itself: one episode of it is one
-            # spike, not a pattern (a clean run's single noisy window read "moderate").
-            found = "weak"
+        # A residual's signature is the slowdown itself: one episode of it is one spike,
+        # not a pattern (a clean run's single noisy window read "moderate"): weak.
+        lower = CONFIDENCES.index(found) + 1
+        found = (
+            "weak"
+            if BY_ID[cause].kind == UNEXPLAINED
+            else CONFIDENCES[min(lower, len(CONFIDENCES) - 1)]
+        )
     reason = f"signature in {len(explained)}/{tested} episodes, {base_rate:.0%} of baseline windows"
     if found is None:
         return None, CauseCheck(cause, "not_found", reason), []

@@ -114,7 +114,7 @@ class LocustStatsFeed:
                 if known is None:
                     known = stats.errors[key] = StatsError(method, name, error)
                 known.occurrences += count  # and what StatsError.occurred() stamps
-                if getattr(known, "first_seen", 0) is None:
+                if known.first_seen is None:
                     known.first_seen = first
                 known.last_seen = last
             added += len(times)
