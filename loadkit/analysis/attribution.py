@@ -54,6 +54,11 @@ BASELINE_MARGIN_S = 2.0
 # (Fisher's test weighs one episode against hundreds of baseline windows and can call
 # a single coincidence strong).
 MIN_EPISODES_AS_RATED = 2
+# A residual's only evidence is the slowdown itself, so its spikes must stand out by as
+# much as the benchmark calls a spike (P99 1.5x its baseline) to be rated above weak:
+# a clean run's host noise makes episodes at 1.3-1.6x (their statistics can still read
+# "strong" over a few of them), and a residual is where to look, not a cause.
+RESIDUAL_MIN_PEAK_RATIO = 1.5
 
 TITLES = {c.id: c.title for c in REGISTRY}
 ACTIONS = {c.id: c.action for c in REGISTRY}
@@ -235,6 +240,10 @@ def score(
             if BY_ID[cause].kind == UNEXPLAINED
             else CONFIDENCES[min(lower, len(CONFIDENCES) - 1)]
         )
+    if found is not None and found != "weak" and BY_ID[cause].kind == UNEXPLAINED:
+        ratios = [e.peak_ratio for e in episodes if e.episode_id in explained]
+        if float(np.median(ratios)) < RESIDUAL_MIN_PEAK_RATIO:
+            found = "weak"
     reason = f"signature in {len(explained)}/{tested} episodes, {base_rate:.0%} of baseline windows"
     if found is None:
         return None, CauseCheck(cause, "not_found", reason), []

@@ -9,8 +9,11 @@ Two signals, either of which holds:
   larger than the slowest of the baseline windows (loadkit records each sampled
   request's bytes). A few large requests make P99 while every per-window mean of
   the server's time (Triton's included) barely moves.
-In both, the model's own compute must not be what grew (more candidates per
-request are more compute, not copying). On a GPU host the utilization stays low and
+For Triton's copy times the model's own compute must not be what grew (a stall or a
+slower model inflates every part of a request's time). The size signal needs no such
+guard: a stall or a quota does not make requests larger, and on a CPU-only server the
+copies of large requests take the cores the model computes on, so compute grows with
+them. On a GPU host the utilization stays low and
 memory swings while it happens (reported as evidence; a simulated or absent GPU
 says nothing).
 """
@@ -51,7 +54,7 @@ SIZE_RISE_FLOOR = 1.5
 
 
 def _copies_grew(sig: Signals, baseline: np.ndarray, moved: np.ndarray) -> np.ndarray | None:
-    """Per window: Triton's copy time grew by an amount that matters, more than the model's compute."""
+    """Per window: Triton's copy time grew by an amount that matters, the model's compute did not."""
     grew = above_spread(moved, baseline, MOVEMENT_RISE_FLOOR)
     if grew is None:
         return None
@@ -61,6 +64,9 @@ def _copies_grew(sig: Signals, baseline: np.ndarray, moved: np.ndarray) -> np.nd
     infer_base = median(infer, baseline) if infer is not None else None
     if infer is not None and infer_base is not None:
         cond &= move_excess > np.nan_to_num(infer - infer_base, nan=0.0)
+        infer_grew = above_spread(infer, baseline, INFER_RISE_FLOOR)
+        if infer_grew is not None:  # the time went to the model, not to the copies
+            cond &= ~(np.nan_to_num(infer_grew, nan=0.0) > 0)
     service = median(sig.service_p50_ms, baseline)
     if service is not None:
         cond &= move_excess >= MATERIAL_SHARE * service
@@ -81,15 +87,12 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     copies = _copies_grew(sig, baseline, moved) if moved is not None else None
     larger = above_spread(slow_bytes, baseline, SIZE_RISE_FLOOR) if slow_bytes is not None else None
     check(copies is not None or larger is not None, "no copy time or request sizes in baseline")
+    infer = sig.triton.batch_compute_ms if sig.triton is not None else None
     cond = np.zeros(sig.n, bool)
     if copies is not None:
         cond |= copies
     if larger is not None:
         cond |= np.nan_to_num(larger, nan=0.0) > 0
-    infer = sig.triton.batch_compute_ms if sig.triton is not None else None
-    infer_grew = above_spread(infer, baseline, INFER_RISE_FLOOR) if infer is not None else None
-    if infer_grew is not None:  # the time went to the copies, not to the model
-        cond &= ~(np.nan_to_num(infer_grew, nan=0.0) > 0)
     metric = slow_bytes if larger is not None and slow_bytes is not None else moved
     assert metric is not None
     unknown = np.ones(sig.n, bool)  # only where every assessed signal is unknown
@@ -165,10 +168,17 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
             f"{fmt(ev(e, 'data_movement_in_episodes'), '', 2)} ms per request (baseline "
             f"{fmt(ev(e, 'data_movement_baseline'), '', 2)} ms)" + ("" if parts else f" in {eps}")
         )
-    if ev(e, "compute_infer_in_episodes") is not None:
+    infer, infer_base = ev(e, "compute_infer_in_episodes"), ev(e, "compute_infer_baseline")
+    if infer is not None:
+        grew = infer_base is not None and infer > INFER_RISE_FLOOR * infer_base
         parts.append(
-            f"while the model's compute stayed at {fmt(ev(e, 'compute_infer_in_episodes'), '', 1)}"
-            f" ms per batch (baseline {fmt(ev(e, 'compute_infer_baseline'), '', 1)} ms)"
+            (
+                "the model's compute per batch grew with them"
+                if grew
+                else "while the model's compute stayed"
+            )
+            + f" at {fmt(infer, '', 1)} ms per batch (baseline {fmt(infer_base, '', 1)} ms)"
+            + ("; the large requests' copies share the host's cores with it" if grew else "")
         )
     text = "; ".join(parts)
     text = text[:1].upper() + text[1:]

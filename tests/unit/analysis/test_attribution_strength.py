@@ -157,6 +157,26 @@ def test_large_requests_are_data_movement_from_the_requests_sizes_alone(analyze_
     assert "KiB" in a.findings[0].summary
 
 
+def test_large_requests_that_slow_the_models_compute_are_still_data_movement(analyze_spec):
+    # GIVEN periodic large payloads on a CPU-only server: their copies take the cores the
+    # model computes on, so compute per batch grows x2.5 in the same windows (seed 22's
+    # data-movement run in the wide benchmark read "unexplained compute slowdown")
+    windows = tuple(W(t, t + 3, 6.0) for t in (12, 24, 36, 48, 60, 72))
+    slower = tuple(W(t, t + 3, 2.5) for t in (12, 24, 36, 48, 60, 72))
+    a = analyze_spec(
+        RunSpec(
+            rate_rps=150,
+            data_movements=windows,
+            model_slowdowns=slower,
+            payload_bytes=1 << 20,
+        ),
+        "sizes-and-compute",
+    )
+    # THEN the requests' sizes name the cause, and the text does not claim the compute held
+    assert a.findings and a.findings[0].cause == "data_movement", _order(a)
+    assert "compute per batch grew with them" in a.findings[0].summary
+
+
 def test_a_slower_model_is_not_data_movement(analyze_spec):
     # GIVEN the model itself slows (compute_infer x3), copies as usual
     slow = tuple(W(t, t + 3, 3.0) for t in (12, 24, 36, 48, 60, 72))
