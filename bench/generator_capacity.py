@@ -9,7 +9,9 @@ Target: nginx (Debian) on 127.0.0.1, answering every request with 200 `{}`
 - `wrk` (C, one thread, 20 connections, POST of the same body): the
   physical reference, what this machine's loopback + nginx can do;
 - bare Locust (`bench/locust_bare.py`: FastHttpUser, `wait_time = 0`,
-  a fixed body, no recording), 20 users, one process;
+  a fixed body, no recording), 20 users, one process; and the same paced with
+  `constant_throughput` to the open model's highest sustained rate (below): the
+  two at a rate both sustain;
 - loadkit, closed model (`bench/closed_json.py`), 20 users, one process,
   full recording (corrected and service HDR histograms, request sample);
 - loadkit, open model (`scenarios/soak.py`, JSON user, one candidate), one
@@ -31,6 +33,7 @@ the median per-second worst dispatch lag under 10 ms.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -120,13 +123,18 @@ def run_wrk(port: int, seconds: float, body: str) -> Measured:
     return Measured("wrk (C, 1 thread)", 1, *_window_figures(meter))
 
 
-def run_bare_locust(port: int, seconds: float) -> Measured:
+def run_bare_locust(port: int, seconds: float, rate: float = 0.0) -> Measured:
+    """Saturated (`wait_time = 0`), or paced to `rate` requests/s with `constant_throughput`."""
     argv = [sys.executable, "-m", "locust", "-f", str(REPO / "bench" / "locust_bare.py")]
     argv += ["--headless", "-u", str(USERS), "-r", str(USERS), "-t", f"{int(seconds)}s"]
     argv += ["--host", f"http://127.0.0.1:{port}", "--only-summary", "--loglevel", "WARNING"]
+    env = {**os.environ, "LOADKIT_BARE_RATE": str(rate), "LOADKIT_BARE_USERS": str(USERS)}
     with _meter(port, "locust_bare") as meter:
-        subprocess.run(argv, check=True, capture_output=True, cwd=REPO)
-    return Measured(f"bare Locust FastHttpUser, {USERS} users", 1, *_window_figures(meter))
+        subprocess.run(argv, check=True, capture_output=True, cwd=REPO, env=env)
+    name = f"bare Locust FastHttpUser, {USERS} users"
+    if rate:
+        name += f", constant_throughput to {rate:.0f}/s"
+    return Measured(name, 1, *_window_figures(meter), offered=rate or None)
 
 
 def run_loadkit_closed(port: int, seconds: float, out: Path) -> Measured:
@@ -225,15 +233,22 @@ def main(argv: list[str] | None = None) -> int:
             f"  loadkit closed: {rows[-1].rate:.0f}/s, {rows[-1].cpu_cores:.2f} cores", flush=True
         )
         auto = ladder(port, rates, args.seconds, 0, 0, out)
+        best_auto = max((m for m in auto if m.sustained), key=lambda m: m.rate, default=None)
+        # Bare Locust at the open model's highest sustained rate: the two at a rate both
+        # sustain (issue 31), beside the saturated figure above.
+        paced = (
+            run_bare_locust(port, args.seconds + 3, best_auto.offered or best_auto.rate)
+            if best_auto is not None
+            else None
+        )
         one = ladder(port, fixed_rates, args.seconds, 0, args.users, out)
         two = ladder(port, worker_rates, args.seconds, 2, args.users, out)
-    rows += auto + one + two
+    rows += auto + ([paced] if paced is not None else []) + one + two
     headers = ["generator", "processes", "offered/s", "achieved/s", "CPU (cores)", "req per CPU-s"]
     print()
     print(table(headers + ["nginx CPU", "sustained"], [_fmt(m) for m in rows]))
     bare = rows[1]
     closed = rows[2]
-    best_auto = max((m for m in auto if m.sustained), key=lambda m: m.rate, default=None)
     best_one = max((m for m in one if m.sustained), key=lambda m: m.rate, default=None)
     best_two = max((m for m in two if m.sustained), key=lambda m: m.rate, default=None)
     print()
@@ -246,6 +261,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"{best.per_core:.0f} req per CPU-s = {best.per_core / bare.per_core:.0%} "
                 "of bare Locust's"
             )
+    if best_auto is not None and paced is not None:
+        print(
+            f"bare Locust paced to {paced.offered:.0f}/s: achieved {paced.rate:.0f}/s, "
+            f"{paced.per_core:.0f} req per CPU-s; loadkit open at the same rate = "
+            f"{best_auto.per_core / paced.per_core:.0%} of it"
+        )
     if best_one is not None and best_two is not None:
         print(
             f"loadkit open, highest sustained (--workers 2, {args.users} users): "

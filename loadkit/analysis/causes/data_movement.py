@@ -31,6 +31,7 @@ from loadkit.analysis.causes.base import (
     data_movement_ms,
     ev,
     fmt,
+    material,
     mean,
     median,
 )
@@ -43,9 +44,6 @@ MOVEMENT_RISE_FLOOR = 1.5
 # ... and the model's own compute per batch within this many times its baseline median
 # (or within its spread): the time went to the copies, not to the model.
 INFER_RISE_FLOOR = 1.3
-# The copies' growth must matter to a request: at least this share of the baseline's
-# median service time (0.1 ms more copying under a 25 ms request explains nothing).
-MATERIAL_SHARE = 0.1
 
 
 # The slowest requests' mean size at least this many times the baseline's (besides
@@ -67,10 +65,7 @@ def _copies_grew(sig: Signals, baseline: np.ndarray, moved: np.ndarray) -> np.nd
         infer_grew = above_spread(infer, baseline, INFER_RISE_FLOOR)
         if infer_grew is not None:  # the time went to the model, not to the copies
             cond &= ~(np.nan_to_num(infer_grew, nan=0.0) > 0)
-    service = median(sig.service_p50_ms, baseline)
-    if service is not None:
-        cond &= move_excess >= MATERIAL_SHARE * service
-    return cond
+    return cond & material(move_excess, sig.service_p50_ms, baseline)  # matters to a request
 
 
 @assessed(CAUSE_DATA_MOVEMENT)

@@ -24,6 +24,7 @@ from loadkit.analysis.causes.base import (
     ev,
     flag,
     fmt,
+    material,
     mean,
     median,
     na,
@@ -130,7 +131,14 @@ def compute_signature(sig: Signals, baseline: np.ndarray) -> Signature:
             else "fewer than 3 baseline windows with Triton statistics to fit compute per batch"
         )
         return na(CAUSE_COMPUTE, f"not assessable: {why}")
-    holds = flag(np.nan_to_num(inflation, nan=0.0) >= COMPUTE_INFLATION, inflation)
+    # Slower by a share of the tail that matters: x1.3 of a 0.3 ms compute under a 2 ms P99
+    # is host noise, not where a P99 spike's milliseconds went.
+    assert sig.triton is not None
+    compute = sig.triton.batch_compute_ms
+    with np.errstate(invalid="ignore", divide="ignore"):
+        excess_ms = compute - compute / inflation
+    slower = np.nan_to_num(inflation, nan=0.0) >= COMPUTE_INFLATION
+    holds = flag(slower & material(excess_ms, sig.p99_ms, baseline), inflation)
     # On saturated cores a model's compute slows with the host (a CPU-bound
     # backend, or the threads that feed the accelerator): where the windows
     # that show the slowdown had their cores saturated, it cannot be told from
