@@ -51,14 +51,15 @@ INFER_RISE_FLOOR = 1.3
 SIZE_RISE_FLOOR = 1.5
 
 
-def _copies_grew(sig: Signals, baseline: np.ndarray, moved: np.ndarray) -> np.ndarray | None:
+def _copies_grew(
+    sig: Signals, baseline: np.ndarray, moved: np.ndarray, infer: np.ndarray | None
+) -> np.ndarray | None:
     """Per window: Triton's copy time grew by an amount that matters, the model's compute did not."""
     grew = above_spread(moved, baseline, MOVEMENT_RISE_FLOOR)
     if grew is None:
         return None
     cond = np.nan_to_num(grew, nan=0.0) > 0
     move_excess = np.nan_to_num(moved - (median(moved, baseline) or 0.0), nan=0.0)
-    infer = sig.triton.batch_compute_ms if sig.triton is not None else None
     infer_base = median(infer, baseline) if infer is not None else None
     if infer is not None and infer_base is not None:
         cond &= move_excess > np.nan_to_num(infer - infer_base, nan=0.0)
@@ -79,10 +80,10 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
         moved is not None or slow_bytes is not None,
         "neither Triton's compute_input/output time nor the requests' sizes were recorded",
     )
-    copies = _copies_grew(sig, baseline, moved) if moved is not None else None
+    infer = sig.triton.batch_compute_ms if sig.triton is not None else None
+    copies = _copies_grew(sig, baseline, moved, infer) if moved is not None else None
     larger = above_spread(slow_bytes, baseline, SIZE_RISE_FLOOR) if slow_bytes is not None else None
     check(copies is not None or larger is not None, "no copy time or request sizes in baseline")
-    infer = sig.triton.batch_compute_ms if sig.triton is not None else None
     cond = np.zeros(sig.n, bool)
     if copies is not None:
         cond |= copies
