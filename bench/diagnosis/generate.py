@@ -33,6 +33,10 @@ three load levels and both test models, and adds two cases:
   ranker's optional `PAYLOAD` input, which it ignores, so Triton's compute_input
   grows while compute_infer does not
 - `stall+cgroup-quota`: two faults at different periods (quota period 1.4x the stall's)
+
+and draws `model-slowdown+stall` at two periods too (the slowdown's 1.4x the stall's;
+until seed 27 both were drawn alone and could fall within 3 % of each other, so that
+every episode held both faults).
 """
 
 from __future__ import annotations
@@ -430,8 +434,13 @@ def plan_wide_case(case: str, seed: int, duration_s: float = DEFAULT_DURATION_S)
     if "stall" in parts:
         plan.faults["stall"] = {"schedule": _episodic_wide(rng, WIDE_STALL_S)}
     if "model-slowdown" in parts:
+        s = _episodic(rng, (2.0, 4.0))
+        if "stall" in parts:  # two periods, so the causes' episodes part and meet
+            s["period_s"] = round(
+                plan.faults["stall"]["schedule"]["period_s"] * OVERLAP_PERIOD_RATIO, 2
+            )
         plan.faults["model-slowdown"] = {
-            "schedule": _episodic(rng, (2.0, 4.0)),
+            "schedule": s,
             "factor": round(_log_uniform(rng, WIDE_MODEL_SLOWDOWN), 2),
         }
     if case == "clean-busy":  # the narrow control, unchanged (see plan_case)

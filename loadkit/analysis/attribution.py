@@ -93,6 +93,7 @@ def baseline_for(
     all_episodes: Sequence[SpikeEpisode],
     starts_ns: np.ndarray,
     loaded: np.ndarray | None = None,
+    latency: np.ndarray | None = None,
 ) -> np.ndarray:
     """The windows causes and latency parts are compared against (attributed `episodes` first).
 
@@ -104,9 +105,34 @@ def baseline_for(
     baseline = baseline_mask(n, all_episodes, starts_ns) & loaded
     if baseline.sum() < MIN_BASELINE_WINDOWS:
         baseline = baseline_mask(n, episodes, starts_ns) & loaded
-    if baseline.sum() < 3:  # nearly everything is an episode: use all loaded windows
-        baseline = loaded.copy() if loaded.sum() >= 3 else np.ones(n, dtype=bool)
+    if baseline.sum() < 3:
+        baseline = quietest_windows(loaded, latency)
     return baseline
+
+
+# Where the episodes and their margins leave no baseline, the loaded windows with the
+# lowest latency, this share of them, stand in for it.
+QUIET_SHARE = 1 / 3
+
+
+def quietest_windows(loaded: np.ndarray, latency: np.ndarray | None) -> np.ndarray:
+    """The loaded windows whose latency (the P99 per window) is lowest.
+
+    Long windows at a low rate and a fault held for half of every period put every
+    window in an episode or its margin. Comparing against all loaded windows then
+    compares the spikes with themselves, and no cause stands out; the quietest
+    windows are the run without its spikes.
+    """
+    if loaded.sum() < 3:
+        return np.ones(len(loaded), dtype=bool)
+    if latency is None:
+        return loaded.copy()
+    v = np.where(loaded, np.asarray(latency, dtype=float), np.nan)
+    known = ~np.isnan(v)
+    if known.sum() < 3:
+        return loaded.copy()
+    cut = np.sort(v[known])[max(3, math.ceil(QUIET_SHARE * known.sum())) - 1]
+    return known & (v <= cut)
 
 
 def loaded_windows(sig: Signals) -> np.ndarray:
@@ -361,7 +387,9 @@ def attribute(
     causes: Sequence[Cause] = REGISTRY,
 ) -> Attribution:
     """Test every cause against `episodes`; also tag `all_episodes` whose windows carry a found cause."""
-    baseline = baseline_for(sig.n, episodes, all_episodes, sig.starts_ns, loaded_windows(sig))
+    baseline = baseline_for(
+        sig.n, episodes, all_episodes, sig.starts_ns, loaded_windows(sig), sig.p99_ms
+    )
     findings: list[Finding] = []
     checks: list[CauseCheck] = []
     causes_by_episode: dict[str, list[str]] = {}
@@ -432,6 +460,7 @@ __all__ = [
     "attribute",
     "baseline_for",
     "baseline_mask",
+    "quietest_windows",
     "cliffs_delta",
     "compute_inflation",
     "confidence",

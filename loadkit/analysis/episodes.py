@@ -262,10 +262,33 @@ def _floor_windows(v: np.ndarray) -> np.ndarray | None:
     known = v[~np.isnan(v)]
     if known.size == 0:
         return None
+    least = max(3, FLOOR_MIN_SHARE * known.size)
     floor = v <= np.median(known) / FLOOR_RATIO
-    if np.count_nonzero(floor) < max(3, FLOOR_MIN_SHARE * known.size):
+    if np.count_nonzero(floor) >= least:
+        return floor
+    return _below_a_gap(v, known, least)
+
+
+def _below_a_gap(v: np.ndarray, known: np.ndarray, least: float) -> np.ndarray | None:
+    """The windows under a clean gap between two levels, each held by many windows.
+
+    A quota held for half of every period puts half the windows on a plateau a
+    few times the quiet level, with nothing in between: both the first pass's
+    low quantile and its quiet-side spread then come from the plateau's side.
+    A gap no window falls into, at least a spike's ratio wide, with a sizeable
+    share of windows on either side, is not noise: the lower level is the floor.
+    """
+    ordered = np.sort(known[known > 0])
+    n = ordered.size
+    lo = int(np.ceil(least)) - 1  # the floor's highest value, at the smallest floor
+    hi = n - int(np.ceil(least))  # ... and at the largest floor leaving a plateau
+    if lo >= hi:
         return None
-    return floor
+    gaps = ordered[lo + 1 : hi + 1] / ordered[lo:hi]
+    widest = int(np.argmax(gaps))
+    if gaps[widest] < RATIO_THRESHOLD:
+        return None
+    return v <= ordered[lo + widest]
 
 
 def extend_edges(hot: np.ndarray, warm: np.ndarray) -> np.ndarray:

@@ -602,6 +602,7 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
         episodes,
         grid.starts_ns,
         attr.loaded_windows(signals),
+        signals.p99_ms,
     )
     latency_breakdown, parts = breakdown(signals, base)
     grew = label_episodes(episodes, parts, grid.starts_ns, base)

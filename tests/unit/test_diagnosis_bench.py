@@ -333,6 +333,10 @@ def test_data_movement_and_the_overlap_at_two_periods() -> None:
         stall = plan.faults["stall"]["schedule"]["period_s"]
         quota = plan.faults["cgroup-quota"]["schedule"]["period_s"]
         assert quota == pytest.approx(1.4 * stall, abs=0.01)
+    for plan in _wide("model-slowdown+stall"):  # both drawn alone could fall 3 % apart
+        stall = plan.faults["stall"]["schedule"]["period_s"]
+        slowdown = plan.faults["model-slowdown"]["schedule"]["period_s"]
+        assert slowdown == pytest.approx(1.4 * stall, abs=0.01)
 
 
 def test_payload_source_attaches_the_state_files_size_and_drops_the_stale_wire(

@@ -31,7 +31,11 @@ from loadkit.analysis.model import (
 from loadkit.analysis.telemetry import GpuSeries
 
 CLOCK_DROP_RATIO = 0.80  # busy SM clock under 80 % of max
-REASON_SHARE = 0.5  # share of busy samples with the reason bit
+# A reason bit in at least this share of a window's busy samples names its clock drop (the
+# larger share where both are seen). A throttle of a second or two fills only part of a
+# window, 3 s long at a low rate: the clock's mean is down while the bit was on in 30-47 %
+# of the samples. The floor keeps a bit seen once from naming a drop it did not cause.
+REASON_SHARE = 0.1
 POWER_AT_LIMIT = 0.97
 # Full-clock windows needed to fit compute per batch at full clock (else the baseline).
 MIN_REFERENCE_WINDOWS = 10
@@ -39,18 +43,21 @@ SIGNAL = ("telemetry.gpu_sm_clock_mhz", "SM clock (MHz)")
 
 
 def throttle_classes(gpu: GpuSeries) -> dict[str, np.ndarray]:
-    """Per window: thermal, power-cap or other clock throttling (exclusive, in that order).
+    """Per window: thermal, power-cap or other clock throttling (exclusive).
 
     All three need a clock drop (busy SM clock under CLOCK_DROP_RATIO of max): a
     reason bit with the clock holding throttles nothing. The drop is thermal or
-    power where ≥ REASON_SHARE of the busy samples carry that reason bit or,
+    power where ≥ REASON_SHARE of the busy samples carry that reason bit (thermal
+    where its share is at least power's) or,
     without bits, where the GPU is hot (`gpu_limits.hot_c`: near its own slowdown temperature) or draws ≥ POWER_AT_LIMIT of
     its limit; "other" with neither. The one rule for attribution and timelines.
     """
     drop = np.nan_to_num(gpu.clock_ratio_busy, nan=1.0) < CLOCK_DROP_RATIO
     if gpu.has_reasons:
-        thermal = np.nan_to_num(gpu.thermal_reason, nan=0.0) >= REASON_SHARE
-        power = np.nan_to_num(gpu.power_reason, nan=0.0) >= REASON_SHARE
+        thermal_share = np.nan_to_num(gpu.thermal_reason, nan=0.0)
+        power_share = np.nan_to_num(gpu.power_reason, nan=0.0)
+        thermal = (thermal_share >= REASON_SHARE) & (thermal_share >= power_share)
+        power = power_share >= REASON_SHARE
     else:  # no reason bits: fall back to readings
         thermal = np.nan_to_num(gpu.temp_c, nan=0.0) >= gpu_limits.hot_c(
             gpu.temp_slowdown_c, len(gpu.temp_c)

@@ -498,6 +498,33 @@ def test_the_baseline_falls_back_to_the_attributed_percentiles_episodes():
     assert not base[[0, n - 1]].any() and not base[2:5].any()
 
 
+def test_where_episodes_and_margins_cover_the_run_the_quietest_windows_are_the_baseline():
+    import dataclasses
+
+    from loadkit.analysis.attribution import baseline_for
+    from loadkit.analysis.model import SpikeEpisode
+
+    # GIVEN 3 s windows (a low-rate run) and a fault held for 2 of every 3 windows: its
+    # episodes and their margins leave no window outside
+    n = 21
+    starts = np.arange(n, dtype=np.int64) * 3 * S
+    p99 = np.full(n, 5.0)
+    episodes = []
+    for w in range(0, n, 3):
+        p99[w : w + 2] = 40.0
+        episodes.append(
+            dataclasses.replace(
+                SpikeEpisode(f"p99#{w}", "p99", "corrected", 0, 0, 0, 6, 0, 40, 5, 35, 70, 8, 9, 2),
+                start_ns=w * 3 * S,
+                end_ns=(w + 2) * 3 * S,
+            )
+        )
+    # WHEN the baseline is chosen
+    base = baseline_for(n, episodes, episodes, starts, np.ones(n, dtype=bool), p99)
+    # THEN it is the quiet windows between the spikes, not every window
+    assert base.sum() == 7 and np.all(p99[base] == 5.0)
+
+
 def test_cores_busy_while_a_bursts_backlog_drains_are_not_cpu_saturation():
     from loadkit.analysis.causes import cpu_saturation
 
@@ -554,6 +581,36 @@ def test_without_reason_bits_a_clock_drop_near_the_devices_own_slowdown_temperat
     fallback = throttle_classes(gpu(None))  # not recorded: 85 °C (90 - 5) as before
     assert not fallback[CAUSE_GPU_THERMAL].any()
     assert fallback[CAUSE_GPU_CLOCK_OTHER].tolist() == [False, True, True, False]
+
+
+def test_a_throttle_filling_part_of_a_long_window_is_named_by_the_reason_bit_seen():
+    """A 1.4 s thermal throttle in a 3 s window: the bit was on in 40 % of the samples."""
+    from loadkit.analysis.causes._gpu_clock import throttle_classes
+    from loadkit.analysis.model import CAUSE_GPU_CLOCK_OTHER, CAUSE_GPU_POWER, CAUSE_GPU_THERMAL
+    from loadkit.analysis.telemetry import GpuSeries
+
+    n = 5
+    dropped = np.array([1.0, 0.78, 0.78, 0.78, 0.78])
+    gpu = GpuSeries(
+        sm_clock_mhz=1980.0 * dropped,
+        sm_clock_max_mhz=np.full(n, 1980.0),
+        clock_ratio_busy=dropped,
+        temp_c=np.array([42.0, 88.0, 60.0, 70.0, 60.0]),
+        power_w=np.full(n, 300.0),
+        power_limit_w=np.full(n, 700.0),
+        util_pct=np.full(n, 10.0),
+        mem_used_bytes=np.full(n, 1e9),
+        mem_total_bytes=8e10,
+        thermal_reason=np.array([0.0, 0.4, 0.0, 0.3, 0.0]),
+        power_reason=np.array([0.0, 0.0, 0.0, 0.5, 0.03]),
+        has_reasons=True,
+    )
+    classes = throttle_classes(gpu)
+    # THEN the drop with the thermal bit in 40 % of samples is thermal, the one with more
+    # power-cap samples than thermal is power, and one bit seen once names nothing
+    assert classes[CAUSE_GPU_THERMAL].tolist() == [False, True, False, False, False]
+    assert classes[CAUSE_GPU_POWER].tolist() == [False, False, False, True, False]
+    assert classes[CAUSE_GPU_CLOCK_OTHER].tolist() == [False, False, True, False, True]
 
 
 def test_a_compute_slowdown_too_small_for_the_tail_is_no_residual():

@@ -273,3 +273,27 @@ def test_a_noisy_series_without_spikes_does_not_take_the_floor_path(seed: int) -
     assert _floor_windows(values) is None
     values[::10] *= 20.0  # a 10 % share of big spikes
     assert _floor_windows(values) is None
+
+
+def test_a_plateau_held_half_the_time_is_found_against_the_level_below_its_gap() -> None:
+    # GIVEN a quota held for half of every period: P99 on a 14-19 ms plateau in half
+    # of the windows, 5.5-7 ms in the rest, nothing in between (the quiet level sits
+    # above a third of the median, and the quiet side of the median is the plateau's)
+    rng = np.random.default_rng(5)
+    values: list[float] = []
+    for _ in range(8):
+        values += list(rng.uniform(14.0, 19.0, 2)) + list(rng.uniform(5.5, 7.0, 2))
+    # WHEN the episodes are found
+    episodes, baseline = _find(values)
+    # THEN the baseline is the quiet level and every plateau is an episode
+    assert float(np.nanmax(baseline.median)) < 7.0
+    assert len(episodes) == 8
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_wide_noisy_series_has_no_gap_to_take_as_a_floor(seed: int) -> None:
+    # Skewed noise as wide as a P99 over 40 requests a window (a factor of 4 from the
+    # lowest to the highest window) fills the range between its levels: no floor.
+    rng = np.random.default_rng(seed)
+    values = 3.0 * rng.lognormal(0.0, 0.4, 60)
+    assert _floor_windows(values) is None
