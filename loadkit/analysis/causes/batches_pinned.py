@@ -57,6 +57,9 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     with np.errstate(invalid="ignore", divide="ignore"):
         metric = tr.batch_size_mean / b
     capacity = service_capacity_rps(sig, baseline)
+    calm = _never_drained(
+        _calmest(tr.queue_ms_per_request), median(tr.batch_compute_ms, np.ones(sig.n, dtype=bool))
+    )
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
         scope = np.ones(sig.n, dtype=bool)
@@ -77,7 +80,17 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
             *_utilisation(sig.offered_rps, capacity, scope),
         ]
 
-    return Signature(cause, holds, metric, evidence, run_level=True)
+    # A queue that drained between the peaks is full in the peaks only: what fills it
+    # there is the spikes' cause (a neighbour slowing the model, a burst), and this a lead.
+    cap = None if calm is not False else "weak"
+    return Signature(cause, holds, metric, evidence, run_level=True, max_confidence=cap)
+
+
+def _never_drained(calmest: float | None, compute: float | None) -> bool | None:
+    """Whether even the calmest windows waited for a slot (None: not known)."""
+    if calmest is None or compute is None:
+        return None
+    return calmest >= QUEUE_OVER_COMPUTE * compute
 
 
 def _calmest(queue_ms: np.ndarray) -> float | None:
@@ -109,7 +122,8 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
         f"{fmt(ev(e, 'compute_per_batch'), ' ms', 1)}) at {fmt(ev(e, 'offered'))} req/s."
     )
     calmest, compute = ev(e, "queue_time_calmest"), ev(e, "compute_per_batch")
-    if calmest is None or compute is None:
+    never_drained = _never_drained(calmest, compute)
+    if never_drained is None:
         return text
     utilisation = ev(e, "mean_utilisation")
     load = (
@@ -118,7 +132,7 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
         if utilisation is not None
         else ""
     )
-    if calmest >= QUEUE_OVER_COMPUTE * compute:
+    if never_drained:
         return (
             f"{text} The queue never drained: even the calmest tenth of windows waited "
             f"{fmt(calmest, ' ms', 1)} for a slot{load}."

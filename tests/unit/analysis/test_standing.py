@@ -45,6 +45,19 @@ def test_batches_pinned_at_max_batch_size(analyze_spec):
     assert _found(light, "batches_pinned") is None
 
 
+def test_batches_pinned_only_in_the_peaks_of_a_fault_is_a_weak_lead(analyze_spec):
+    # GIVEN a quota that halves the server's speed for 6 s of every 10 s at 450 req/s:
+    # batches pin and requests queue in 60 % of the windows, and the queue drains between
+    q = tuple(FaultWindow(t, t + 6.0, 1.0) for t in range(10, 80, 10))
+    spec = RunSpec(duration_s=90, rate_rps=450, max_batch_size=4, cgroup_quotas=q)
+    a = analyze_spec(spec, "pinned-in-peaks")
+    f = _found(a, "batches_pinned")
+    # THEN the pinned batches are a weak lead (what fills the queue is the spikes' cause)
+    assert f is not None and f.confidence == "weak", a.findings
+    assert "drained between peaks" in f.summary, f.summary
+    assert a.findings[0].cause == "cgroup_throttling", a.findings
+
+
 def test_batches_pinned_says_whether_the_queue_ever_drained():
     from loadkit.analysis.causes import batches_pinned
     from loadkit.analysis.model import Evidence
