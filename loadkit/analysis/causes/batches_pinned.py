@@ -12,7 +12,8 @@ only in its peaks. Read from the queue itself, not from the estimated capacity:
 with batches of 1-2 in the calm windows the capacity at max batch is an
 extrapolation (a run at "105 %" of it drained its queue between bursts). It
 states what was measured and no more: spikes may still stand out above a queue
-that never drains (the spike findings say so).
+that never drains (the spike findings say so). Full in its peaks only, it is a
+weak lead: what fills the queue there is the spikes' own cause.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     with np.errstate(invalid="ignore", divide="ignore"):
         metric = tr.batch_size_mean / b
     capacity = service_capacity_rps(sig, baseline)
-    calm = _never_drained(
+    never_drained = _never_drained(
         _calmest(tr.queue_ms_per_request), median(tr.batch_compute_ms, np.ones(sig.n, dtype=bool))
     )
 
@@ -82,7 +83,7 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
 
     # A queue that drained between the peaks is full in the peaks only: what fills it
     # there is the spikes' cause (a neighbour slowing the model, a burst), and this a lead.
-    cap = None if calm is not False else "weak"
+    cap = "weak" if never_drained is False else None
     return Signature(cause, holds, metric, evidence, run_level=True, max_confidence=cap)
 
 
