@@ -1,8 +1,9 @@
 """Arrival burst beyond capacity: arrivals rise above their baseline and beyond what the server serves.
 
 What makes it this cause is the arrivals: in every code path they must rise
-above their own baseline (full batches or a backlog at the usual arrival rate
-are a backlog draining after a stall or a slow spell). With Triton statistics
+above their own baseline, in the window or the one before it (full batches or a
+backlog at the usual arrival rate, after no rise, are a backlog draining after a
+stall or a slow spell). With Triton statistics
 and a model configuration, arrivals must also exceed the measured service
 capacity (or batches pin at the maximum) with compute per batch unchanged.
 Without them the capacity is unknown: the signature falls back to arrivals
@@ -43,7 +44,11 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     offered_base = median(sig.offered_rps, baseline)
     if not offered_base:
         return na(cause, "not assessable: no arrivals in baseline windows to compare with")
-    arrivals_up = np.nan_to_num(sig.offered_rps, nan=0.0) >= BURST_ARRIVALS_RISE * offered_base
+    rose = np.nan_to_num(sig.offered_rps, nan=0.0) >= BURST_ARRIVALS_RISE * offered_base
+    # A burst's backlog drains in the window after it (a 1.1 s burst at the end of a 2 s
+    # window fills the next one's batches at the usual arrival rate): it is still the
+    # burst's. A backlog after a stall or a slow spell follows no rise in arrivals.
+    arrivals_up = rose | np.concatenate([[False], rose[:-1]])
     capacity = service_capacity_rps(sig, baseline)
     tr = sig.triton
     inflation = compute_inflation(sig, baseline)

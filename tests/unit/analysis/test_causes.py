@@ -550,6 +550,41 @@ def test_cores_busy_while_a_bursts_backlog_drains_are_not_cpu_saturation():
     assert s.holds is not None and np.nonzero(s.holds > 0)[0].tolist() == [13]
 
 
+def test_a_bursts_backlog_in_the_window_after_it_is_the_bursts():
+    from loadkit.analysis.causes import arrival_burst
+    from loadkit.analysis.telemetry import TritonSeries
+
+    n = 16
+    sig = _signals(n)
+    sig.max_batch_size = 2
+    # GIVEN 2 s windows: a 1.1 s burst at the end of windows 4 and 10 (their mean arrivals
+    # under the capacity), its backlog filling the next window's batches at the usual
+    # arrival rate; and full batches in window 14 after no rise in arrivals (a stall)
+    sig.offered_rps = np.full(n, 65.0)
+    sig.offered_rps[[4, 10]] = 440.0
+    batch = np.ones(n)
+    batch[[5, 11, 14]] = 2.0
+    flat = np.full(n, 4.4)
+    sig.triton = TritonSeries(
+        model="m",
+        executions_per_s=np.full(n, 60.0),
+        inferences_per_s=np.full(n, 65.0),
+        batch_size_mean=batch,
+        batch_size_max=batch,
+        batch_size_req_weighted=batch,
+        queue_ms_per_request=np.full(n, 1.0),
+        batch_compute_ms=flat,
+        compute_ms_per_request=flat / batch,
+        batch_sizes=None,
+        counter_resets=0,
+    )
+    base = np.ones(n, dtype=bool)
+    base[[4, 5, 10, 11, 14]] = False
+    s = arrival_burst.signature(sig, base)
+    # THEN the burst's backlog holds; the full batches after no rise do not
+    assert s.holds is not None and np.nonzero(s.holds > 0)[0].tolist() == [5, 11]
+
+
 def test_without_reason_bits_a_clock_drop_near_the_devices_own_slowdown_temperature_is_thermal():
     """A GPU that slows down at 80 °C throttles at 78 °C: thermal, though under the fixed 85."""
     from loadkit.analysis.causes._gpu_clock import throttle_classes
