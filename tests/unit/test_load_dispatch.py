@@ -193,6 +193,28 @@ def test_the_timerfd_sends_on_time_where_gevents_timer_is_late(rate: float) -> N
     assert lags[len(lags) // 2] <= 200_000
 
 
+@pytest.mark.skipif(not hrtimer.available(), reason="no timerfd on this platform")
+def test_close_arrivals_share_a_wake_up_and_none_is_queued_before_its_time() -> None:
+    # GIVEN arrivals 0.25 ms apart, closer than the scheduler's coalescing window (0.5 ms)
+    recorder = _Offered()
+    dispatcher = OpenModelDispatcher(
+        Constant(rate=4000.0, duration_s=0.25),
+        recorder,  # type: ignore[arg-type]
+        request_name="infer",
+        coalesce_s=0.0005,
+    )
+    passes: list[tuple[float, list[Arrival]]] = []
+    dispatcher.queue.put_many = lambda due: passes.append((time.monotonic(), due))  # type: ignore[method-assign]
+    dispatcher.start()
+    dispatcher._greenlet.join(timeout=5)  # type: ignore[union-attr]
+    # THEN every arrival is queued once, none before its intended time
+    queued = [a for _, due in passes for a in due]
+    assert len(queued) == len(recorder.lags_ns) == 1000
+    assert all(a.intended_mono <= at for at, due in passes for a in due)
+    # AND the scheduler woke at most once per two arrivals
+    assert len(passes) <= 500
+
+
 def test_put_many_wakes_one_idle_user_per_arrival() -> None:
     queue = ArrivalQueue()
     got: list[tuple[str, Arrival | None]] = []
