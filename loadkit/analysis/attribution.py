@@ -41,6 +41,7 @@ from loadkit.analysis.causes.base import (
 )
 from loadkit.analysis.causes.cgroup_throttling import CGROUP_THROTTLED_PCT
 from loadkit.analysis.causes.request_errors import error_findings
+from loadkit.analysis.causes.unexplained import CAUSE_COMPUTE
 from loadkit.analysis.model import CONFIDENCES, CauseCheck, Evidence, Finding, SpikeEpisode
 from loadkit.analysis.noise import EFFECT_MOVED, cliffs_delta
 
@@ -184,8 +185,14 @@ def score(
     episodes: Sequence[SpikeEpisode],
     sig: Signals,
     baseline: np.ndarray,
+    windows: Sequence[np.ndarray | None] | None = None,
 ) -> tuple[Finding | None, CauseCheck, list[str]]:
-    """Coincidence, baseline rate, lift, Fisher p, Cliff's delta and lag for one cause."""
+    """Coincidence, baseline rate, lift, Fisher p, Cliff's delta and lag for one cause.
+
+    `windows`: per episode, the windows to test instead of the episode and its lead
+    (the part of an explained episode that its causes leave over, `remainders`);
+    None for an episode tested whole.
+    """
     cause = signature.cause
     if signature.holds is None:
         return None, CauseCheck(cause, "not_assessable", signature.not_assessable or ""), []
@@ -195,10 +202,15 @@ def score(
     ep_union = np.zeros(sig.n, dtype=bool)
     ep_proper = np.zeros(sig.n, dtype=bool)
     tested = 0
-    for e in episodes:
-        win = _episode_windows(e, sig.starts_ns, LEAD_WINDOWS)
+    for i, e in enumerate(episodes):
+        only = windows[i] if windows is not None else None
+        if only is None:
+            win = _episode_windows(e, sig.starts_ns, LEAD_WINDOWS)
+            ep_proper |= _episode_windows(e, sig.starts_ns, 0)
+        else:
+            win = only
+            ep_proper |= win
         ep_union |= win
-        ep_proper |= _episode_windows(e, sig.starts_ns, 0)
         h = holds[win]
         if np.all(np.isnan(h)):
             continue
@@ -380,6 +392,38 @@ def rank_findings(findings: Sequence[Finding]) -> list[Finding]:
     return [f for f, _ in sorted(ranked, key=key)]
 
 
+# A cause explains the windows where its signature holds and this many after them (the
+# backlog a stop or a burst leaves drains there).
+REACH_AFTER_WINDOWS = 1
+
+
+def reach(holds: np.ndarray) -> np.ndarray:
+    """The windows a found cause explains: where its signature holds, and just after."""
+    on = np.nan_to_num(holds, nan=0.0) > 0
+    out = on.copy()
+    for k in range(1, REACH_AFTER_WINDOWS + 1):
+        out[k:] |= on[:-k]
+    return out
+
+
+def remainders(
+    episodes: Sequence[SpikeEpisode], starts_ns: np.ndarray, explained_windows: np.ndarray
+) -> list[tuple[SpikeEpisode, np.ndarray]]:
+    """Each explained episode's windows that no found cause reaches, where there are any.
+
+    One episode can hold two faults: a stall's spike and a slowdown's plateau that
+    the hysteresis joins to it. The stall explains its own windows; the rest of the
+    episode is still tested for the residual (without a lead, which would reach
+    back into the stall's windows), so the second fault is named after the first.
+    """
+    out = []
+    for e in episodes:
+        rest = _episode_windows(e, starts_ns, 0) & ~explained_windows
+        if rest.any():
+            out.append((e, rest))
+    return out
+
+
 def attribute(
     sig: Signals,
     episodes: Sequence[SpikeEpisode],
@@ -394,20 +438,29 @@ def attribute(
     checks: list[CauseCheck] = []
     causes_by_episode: dict[str, list[str]] = {}
 
-    def run(cause_list: Sequence[Cause], tested: Sequence[SpikeEpisode], cap: str | None) -> None:
+    reached = np.zeros(sig.n, dtype=bool)  # windows the causes found at moderate+ explain
+
+    def run(
+        cause_list: Sequence[Cause],
+        tested: Sequence[SpikeEpisode],
+        cap: str | None,
+        windows: Sequence[np.ndarray | None] | None = None,
+    ) -> None:
         for cause in cause_list:
             signature = cause.signature(sig, baseline)
             if cause.kind == STANDING:  # never a spike cause, whatever its share
                 signature.run_level = signature.standing = True
             if cap is not None:
                 signature.max_confidence = cap_confidence(signature.max_confidence or cap, cap)
-            finding, check, _ = score(signature, tested, sig, baseline)
+            finding, check, _ = score(signature, tested, sig, baseline, windows)
             checks.append(check)
             if finding is None:
                 continue
             findings.append(finding)
             if signature.holds is None or signature.run_level:
                 continue
+            if finding.episodes and _RANK[finding.confidence] <= _RANK["moderate"]:
+                reached[:] |= reach(signature.holds)
             for e in all_episodes:
                 win = _episode_windows(e, sig.starts_ns, LEAD_WINDOWS)
                 if np.nansum(signature.holds[win]) > 0:
@@ -431,14 +484,28 @@ def attribute(
     # The part of the latency that grew in most of the episodes left over names the finding.
     component = grew.most_common(1)[0][0] if grew else None
     named = [c for c in fallback if c.component == component]
-    if named:
+    tested: list[SpikeEpisode] = list(left)
+    windows: list[np.ndarray | None] = [None] * len(left)
+    # What the found causes leave over in their own episodes. The backlog a stop or a
+    # burst leaves shows as queue and client time, so there only a compute slowdown (at
+    # the same batch size, which no backlog inflates) is a second fault.
+    rest = remainders([e for e in episodes if e.episode_id in explained], sig.starts_ns, reached)
+    compute = [c for c in fallback if c.id == CAUSE_COMPUTE]
+    if rest and compute:
+        if named == compute:
+            tested += [e for e, _ in rest]
+            windows += [w for _, w in rest]
+        else:
+            run(compute, [e for e, _ in rest], "weak", [w for _, w in rest])
+    if named and tested:
         # Most episodes explained: what is left over is at most a weak lead.
-        run(named, left, "weak" if 2 * len(left) < len(episodes) else None)
+        run(named, tested, "weak" if 2 * len(left) < len(episodes) else None, windows)
     if not left:
         why = "every spike episode is explained" if episodes else "no spike episodes to explain"
     else:
         why = f"the part that grew in the unexplained episodes is {component or 'unknown'}"
-    checks += [CauseCheck(c.id, "not_found", why) for c in fallback if c not in named]
+    tried = named + (compute if rest else [])
+    checks += [CauseCheck(c.id, "not_found", why) for c in fallback if c not in tried]
     # Failed requests (an outage, rejections, timeouts) come before every latency finding.
     failed, failed_checks = error_findings(sig, [c for c in causes if c.kind == ERRORS])
     return Attribution(
@@ -467,6 +534,8 @@ __all__ = [
     "finding_order",
     "quietest_windows",
     "rank_findings",
+    "reach",
+    "remainders",
     "score",
     "service_capacity_rps",
 ]

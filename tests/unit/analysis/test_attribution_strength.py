@@ -233,3 +233,24 @@ def test_compute_growth_under_throttling_is_judged_against_full_clock_windows():
     # THEN compute per batch grew about as the clock predicts (x1.8), not the x1.2 that
     # the calm windows' slope extrapolated to batch 9 gives
     assert ev["compute_inflation_observed"] == pytest.approx(1.0 / 0.55, rel=0.1), ev
+
+
+def test_a_slowdown_joined_to_a_stalls_episode_is_named_after_the_stall(analyze_spec):
+    # GIVEN a stall, and a model slowdown that starts as the stall ends and holds 6 s:
+    # one episode holds both (the stall's spike, then the slowdown's plateau)
+    stalls = tuple(W(t, t + 1.0) for t in (15.0, 45.0, 75.0))
+    slow = tuple(W(t + 1.0, t + 7.0, 1.5) for t in (15.0, 45.0, 75.0))
+    a = analyze_spec(RunSpec(rate_rps=200, stalls=stalls, model_slowdowns=slow), "stall+slow")
+    causes = [f.cause for f in a.findings]
+    # THEN the stall explains the spikes, and the plateau left over is the compute slowdown,
+    # ranked after the stall whose episodes it shares
+    assert causes[:2] == ["process_stall", "unexplained_compute_slowdown"], _order(a)
+    stall, residual = a.findings[:2]
+    assert set(residual.episodes) <= set(stall.episodes)
+
+
+def test_a_stall_alone_leaves_no_residual_in_its_episodes(analyze_spec):
+    stalls = tuple(W(t, t + 1.0) for t in (15.0, 45.0, 75.0))
+    a = analyze_spec(RunSpec(rate_rps=200, stalls=stalls), "stall-alone")
+    assert [f.cause for f in a.findings][:1] == ["process_stall"], _order(a)
+    assert not [f for f in a.findings if f.cause.startswith("unexplained_")], _order(a)
