@@ -55,11 +55,12 @@ BASELINE_MARGIN_S = 2.0
 # (Fisher's test weighs one episode against hundreds of baseline windows and can call
 # a single coincidence strong).
 MIN_EPISODES_AS_RATED = 2
-# A residual's only evidence is the slowdown itself, so its spikes must stand out by as
-# much as the benchmark calls a spike (P99 1.5x its baseline) to be rated above weak:
-# a clean run's host noise makes episodes at 1.3-1.6x (their statistics can still read
-# "strong" over a few of them), and a residual is where to look, not a cause.
-RESIDUAL_MIN_PEAK_RATIO = 1.5
+# Spikes must stand out by as much as the benchmark calls a spike (1.5x their baseline,
+# the median over the episodes a finding explains) for a cause of them to be rated above
+# weak: a clean run's host noise makes episodes at 1.3-1.6x, and a condition of the host
+# that is there all run long (every core busy with someone else's idle-priority work)
+# coincides with some of them; their statistics can still read "strong" over a few.
+SPIKE_MIN_PEAK_RATIO = 1.5
 
 TITLES = {c.id: c.title for c in REGISTRY}
 ACTIONS = {c.id: c.action for c in REGISTRY}
@@ -278,9 +279,9 @@ def score(
             if BY_ID[cause].kind == UNEXPLAINED
             else CONFIDENCES[min(lower, len(CONFIDENCES) - 1)]
         )
-    if found is not None and found != "weak" and BY_ID[cause].kind == UNEXPLAINED:
+    if found is not None and found != "weak" and not _clear_effect(signature, delta):
         ratios = [e.peak_ratio for e in episodes if e.episode_id in explained]
-        if float(np.median(ratios)) < RESIDUAL_MIN_PEAK_RATIO:
+        if float(np.median(ratios)) < SPIKE_MIN_PEAK_RATIO:
             found = "weak"
     reason = f"signature in {len(explained)}/{tested} episodes, {base_rate:.0%} of baseline windows"
     if found is None:
@@ -301,6 +302,13 @@ def score(
         ev,
     )
     return finding, CauseCheck(cause, "found", reason), explained
+
+
+def _clear_effect(signature: Signature, delta: float | None) -> bool:
+    """The cause's own metric moved clearly in the spikes (a specific cause, not the residual)."""
+    if BY_ID[signature.cause].kind == UNEXPLAINED:
+        return False  # its metric is the slowdown itself
+    return delta is not None and abs(delta) >= EFFECT_MOVED
 
 
 def cap_confidence(level: str | None, cap: str | None) -> str | None:

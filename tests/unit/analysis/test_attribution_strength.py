@@ -254,3 +254,41 @@ def test_a_stall_alone_leaves_no_residual_in_its_episodes(analyze_spec):
     a = analyze_spec(RunSpec(rate_rps=200, stalls=stalls), "stall-alone")
     assert [f.cause for f in a.findings][:1] == ["process_stall"], _order(a)
     assert not [f for f in a.findings if f.cause.startswith("unexplained_")], _order(a)
+
+
+def _bumps_run(peak_ratio: float):
+    """90 windows, three 2-window episodes at `peak_ratio`, a cause holding in each of them."""
+    from loadkit.analysis.causes.base import Signals
+    from loadkit.analysis.model import SpikeEpisode
+
+    n = 90
+    starts = np.arange(n, dtype=np.int64) * 1_000_000_000
+    ones = np.ones(n)
+    sig = Signals(1.0, starts, 5 * ones, 4 * ones, 100 * ones, 100 * ones, 100 * ones, ones, {},
+                  None, 8, 2.0, np.zeros(n, bool))  # fmt: skip
+    episodes, holds = [], np.zeros(n)
+    for k, at in enumerate((20, 50, 80)):
+        holds[at : at + 2] = 1.0
+        start, end = int(starts[at]), int(starts[at + 2])
+        episodes.append(
+            SpikeEpisode(f"p95#{k + 1}", "p95", "corrected", start, end, at, 2.0, start,
+                         4.0 * peak_ratio, 4.0, 4.0 * (peak_ratio - 1), 1.0, peak_ratio, 5.0, 2)
+        )  # fmt: skip
+    return sig, episodes, holds
+
+
+@pytest.mark.parametrize("peak_ratio", [1.35, 2.0])
+def test_a_cause_over_spikes_that_barely_stand_out_needs_its_own_metric_to_move(peak_ratio):
+    # GIVEN CPU saturation's signature in all three episodes and in no baseline window,
+    # its metric (the share of busy cores) the same everywhere: every core busy all run
+    sig, episodes, holds = _bumps_run(peak_ratio)
+    baseline = attribution.baseline_mask(sig.n, episodes, sig.starts_ns)
+    flat = attribution.Signature("cpu_saturation", holds, np.ones(sig.n))
+    moved = attribution.Signature("cpu_saturation", holds, 0.5 + 0.5 * holds)
+    flat_finding, _, _ = attribution.score(flat, episodes, sig, baseline)
+    moved_finding, _, _ = attribution.score(moved, episodes, sig, baseline)
+    assert flat_finding is not None and moved_finding is not None
+    # THEN over episodes under 1.5x it is a weak lead unless its own metric moved;
+    # over spikes that stand out, the coincidence is enough
+    assert moved_finding.confidence != "weak"
+    assert (flat_finding.confidence == "weak") == (peak_ratio < 1.5)
