@@ -437,7 +437,7 @@ class InputDataSource(RequestSource):
         self._batched = plan.spec.batched
         self._batch = plan.batch_size
         self._outputs = plan.outputs
-        self._k = stream % len(self._steps)  # users start at different steps
+        self._k = stream % len(self._steps)  # processes (workers) start at different steps
         self._encode = encode or _as_is
         # Batch 1: every step's request, encoded once and sent round-robin.
         single = [self._request([s]) for s in self._steps] if self._batch == 1 else []

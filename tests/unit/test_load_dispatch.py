@@ -66,6 +66,28 @@ def test_a_user_without_a_connection_is_woken_only_when_every_warm_user_is_busy(
     gevent.joinall(greenlets, timeout=1)
 
 
+def test_a_congested_process_wakes_no_idle_user_while_a_busy_one_will_come_back() -> None:
+    # GIVEN two idle users, one user busy sending, and a scheduler that woke late
+    queue = ArrivalQueue()
+    got: list[tuple[str, Arrival | None]] = []
+    greenlets = _idle_users(queue, ["a", "b"], got)
+    queue.serving = 1
+    queue.congested = True
+    # WHEN an arrival comes, no idle user is woken for it: the busy one takes it when done
+    late = _arrival()
+    queue.put(late)
+    gevent.sleep(0)
+    assert got == [] and queue.idle_users == 2
+    queue.serving = 0
+    assert queue.take() == late
+    # WHEN nobody is busy, one idle user is woken, congested or not (nobody else would come)
+    queue.put_many([_arrival(), _arrival()])
+    gevent.sleep(0)
+    assert [name for name, _ in got] == ["b"] and len(queue) == 1
+    queue.close()
+    gevent.joinall(greenlets, timeout=1)
+
+
 def test_arrivals_queued_before_close_are_still_handed_out() -> None:
     queue = ArrivalQueue()
     arrival = _arrival()
@@ -160,6 +182,7 @@ def _run_dispatcher(rate: float, duration_s: float, precise: bool):
     def user() -> None:  # takes every arrival as soon as it is queued
         while (arrival := dispatcher.take()) is not None:
             queued.append(arrival)
+            dispatcher.served()
 
     consumer = gevent.spawn(user)
     dispatcher.start()

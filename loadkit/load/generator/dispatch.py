@@ -9,7 +9,9 @@ shows up in the corrected latency instead of lowering the offered rate.
 
 Idle users block without a timeout (a pool of 1,000 users polling every
 0.1 s cost a quarter of the process's CPU) and are woken one per arrival,
-most recently idle first; stopping wakes them all.
+most recently idle first, and none while the process's own loop is behind and
+a busy user will come back for the arrival (`ArrivalQueue`); stopping wakes
+them all.
 
 Each pass of the scheduler queues every arrival already due at once, and
 arrivals closer together than `COALESCE_S` share one wake-up; a user that
@@ -40,6 +42,11 @@ _MAX_SLEEP_S = 0.05
 # at most 2,000 wake-ups a second, half of gevent's 1 ms timer; at 1,000/s and below
 # (constant spacing) every arrival still has its own.
 COALESCE_S = 0.0005
+# The scheduler woke this much later than it asked: the process's own loop is behind (its
+# CPU is the bottleneck), so no new connection is opened while a busy user can take the
+# arrival (`ArrivalQueue`). Well above the timer's own lateness (~0.1 ms on a timerfd, ~1 ms
+# on gevent's), and far below the 10 ms at which a run is told the generator held it back.
+CONGESTED_S = 0.002
 
 
 class Arrival(NamedTuple):
@@ -53,79 +60,106 @@ PhaseCallback = Callable[[Phase, int], None]
 class ArrivalQueue:
     """Arrivals waiting for a user, and idle users waiting for an arrival.
 
-    `put` wakes the most recently idle user (LIFO): with a pool larger than
-    the concurrency, the same few users (their connections, their memory)
-    stay busy and the rest sleep, at no cost per second. `take` blocks
-    without a timeout until an arrival comes or the queue is closed; only
-    greenlets may block in it. Arrivals stay in the queue until a user runs,
-    so a user killed while being woken loses nothing.
+    An arrival wakes the most recently idle user (LIFO): with a pool larger than
+    the concurrency, the same few users (their connections, their memory) stay
+    busy and the rest sleep, at no cost per second. `take` blocks without a
+    timeout until an arrival comes or the queue is closed; only greenlets may
+    block in it. Arrivals stay in the queue until a user runs, so a user killed
+    while being woken loses nothing.
+
+    A user without a connection (`cold`) is woken only when no warm user is
+    idle. No user is woken while the process is `congested` (its scheduler
+    wakes late: the CPU, not the server, is what the arrivals wait for) as long
+    as a busy user will come back for them: each more user in a congested loop
+    makes every request in it dearer. At 3,500/s against nginx a 0.1 s stall
+    used to wake a user per late arrival, ~400 at once, and the process never
+    caught up; a pool capped at 100 caught up within a second (issue 31).
     """
 
     def __init__(self) -> None:
         self._pending: deque[Arrival] = deque()
-        self._idle: list[Waiter] = []  # a stack: the last to go idle is woken first
+        self._warm: list[Waiter] = []  # idle users with a connection; a stack
+        self._cold: list[Waiter] = []  # idle users without one; a stack
+        self._waking = 0  # users woken for an arrival that have not run yet
         self._hub = get_hub()
         self.closed = False
+        self.serving = 0  # users sending an arrival (`OpenModelDispatcher.take`/`served`)
+        self.congested = False  # set by the scheduler (`OpenModelDispatcher._schedule`)
 
     def __len__(self) -> int:
         return len(self._pending)
 
     @property
     def idle_users(self) -> int:
-        return len(self._idle)
+        return len(self._warm) + len(self._cold)
 
     def peek(self) -> Arrival | None:
         return self._pending[0] if self._pending else None
 
     def put(self, arrival: Arrival) -> None:
         self._pending.append(arrival)
-        if self._idle:
-            self._hub.loop.run_callback(self._idle.pop().switch, None)
+        self._wake(1)
 
     def put_many(self, arrivals: list[Arrival]) -> None:
-        """Queue arrivals due together; wakes one idle user per arrival, as `put` does."""
+        """Queue arrivals due together; wakes an idle user for each, as `put` does."""
         self._pending.extend(arrivals)
-        idle = self._idle
-        run_callback = self._hub.loop.run_callback
-        for _ in range(min(len(arrivals), len(idle))):
-            run_callback(idle.pop().switch, None)
+        self._wake(len(arrivals))
 
     def pop(self) -> Arrival:
         return self._pending.popleft()
 
+    def _wake(self, arrivals: int) -> None:
+        """Idle users for `arrivals` new arrivals: warm users first, none while congested.
+
+        Congested, the arrivals wait for the busy users, who take them as they finish,
+        unless there are none (nobody else would come for them).
+        """
+        busy = self.serving or self._waking
+        if self.congested and busy:
+            return
+        warm, cold = self._warm, self._cold
+        n = min(arrivals if busy or not self.congested else 1, len(warm) + len(cold))
+        run_callback = self._hub.loop.run_callback
+        for _ in range(n):
+            run_callback((warm or cold).pop().switch, None)
+        self._waking += n
+
     def take(self, cold: bool = False) -> Arrival | None:
         """The oldest arrival; blocks while there is none; None once closed and empty.
 
-        A `cold` user (no connection yet) waits at the bottom of the stack: it is woken
-        only when every warm user is busy. Otherwise each user Locust spawns would go
-        idle on top, take the next arrival and open a connection of its own: at
-        2,500/s the pool's 1,250 users opened ~1,200 connections in 10 s, a third of
-        the process's CPU (connect + the resolver's thread), for a concurrency of ~5.
+        A `cold` user (no connection yet) waits on its own stack (`_wake`).
+        Otherwise each user Locust spawns would go idle on top, take the next
+        arrival and open a connection of its own: at 2,500/s the pool's 1,250
+        users opened ~1,200 connections in 10 s, a third of the process's CPU
+        (connect + the resolver's thread), for a concurrency of ~5.
         """
         pending = self._pending
         while not pending:
             if self.closed:
                 return None
             waiter = Waiter(self._hub)
-            if cold:
-                self._idle.insert(0, waiter)
-            else:
-                self._idle.append(waiter)
+            idle = self._cold if cold else self._warm
+            idle.append(waiter)
             try:
                 waiter.get()
             except BaseException:
-                # Killed while idle. If a put had already picked this user, pick another.
-                if waiter in self._idle:
-                    self._idle.remove(waiter)
-                elif pending and self._idle:
-                    self._hub.loop.run_callback(self._idle.pop().switch, None)
+                # Killed while idle. If an arrival had already picked this user, pick another.
+                if waiter in idle:
+                    idle.remove(waiter)
+                elif not self.closed:
+                    self._waking -= 1
+                    if pending:
+                        self._wake(1)
                 raise
+            if not self.closed:
+                self._waking -= 1
         return pending.popleft()
 
     def close(self) -> None:
         """No more arrivals: wake every idle user (their `take` returns None once empty)."""
         self.closed = True
-        idle, self._idle = self._idle, []
+        idle = self._warm + self._cold
+        self._warm, self._cold = [], []
         for waiter in idle:
             self._hub.loop.run_callback(waiter.switch, None)
 
@@ -206,7 +240,12 @@ class OpenModelDispatcher:
             if time.monotonic() - arrival.intended_mono > bound:
                 self.recorder.dropped(self.request_name)
                 continue
+            queue.serving += 1
             return arrival
+
+    def served(self) -> None:
+        """The user that took an arrival is done with it (sent, failed or cancelled)."""
+        self.queue.serving -= 1
 
     def _finish(self) -> None:
         self.finished = True
@@ -302,6 +341,7 @@ class OpenModelDispatcher:
             if self._stopping:
                 return
             now = time.monotonic()
+            self.queue.congested = now - (t0 + last) > CONGESTED_S
             due: list[Arrival] = []
             while t is not None and t0 + t <= now:  # each keeps its own lag
                 target = t0 + t

@@ -29,7 +29,7 @@ from loadkit.load import protocols
 from loadkit.load.failures import CANCELLED, classify_failure, error_message
 from loadkit.load.generator.runtime import LoadRuntime, get_runtime
 from loadkit.load.protocols import Protocol
-from loadkit.load.sources import RequestSource, build_source
+from loadkit.load.sources import RequestSource
 from loadkit.load.transports import JsonBody, Transport
 
 _IDLE_SLEEP_S = 0.1  # between checks for a dispatcher, before the first and after the last
@@ -68,8 +68,8 @@ class InferenceUser(User):
             json_body=body,
         )
         self._transport.connect()
-        stream = runtime.register_user()
-        self._source = build_source(plan, runtime.seed, stream, self._transport.encode_block)
+        runtime.register_user()
+        self._source = runtime.request_source(type(self), plan, self._transport.encode_block)
 
     def stop(self, force: bool = False) -> bool:
         # An idle user (blocked waiting for an arrival) has no request to finish: stop it now,
@@ -99,7 +99,10 @@ class InferenceUser(User):
                 self._idle = False
                 if arrival is None:
                     break
-                self.send_one(arrival.intended_mono, arrival.intended_ns)
+                try:
+                    self.send_one(arrival.intended_mono, arrival.intended_ns)
+                finally:
+                    dispatcher.served()
             if self._state == LOCUST_STATE_STOPPING:
                 return
         time.sleep(_IDLE_SLEEP_S)  # no dispatcher yet, or finished; patched by gevent: cooperative
