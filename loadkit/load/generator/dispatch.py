@@ -43,7 +43,7 @@ _MAX_SLEEP_S = 0.05
 # (constant spacing) every arrival still has its own.
 COALESCE_S = 0.0005
 # The scheduler woke this much later than it asked: the process's own loop is behind (its
-# CPU is the bottleneck), so no new connection is opened while a busy user can take the
+# CPU is the bottleneck), so no idle user is woken while a busy one can take the
 # arrival (`ArrivalQueue`). Well above the timer's own lateness (~0.1 ms on a timerfd, ~1 ms
 # on gevent's), and far below the 10 ms at which a run is told the generator held it back.
 CONGESTED_S = 0.002
@@ -118,7 +118,7 @@ class ArrivalQueue:
         if self.congested and busy:
             return
         warm, cold = self._warm, self._cold
-        n = min(arrivals if busy or not self.congested else 1, len(warm) + len(cold))
+        n = min(1 if self.congested else arrivals, len(warm) + len(cold))
         run_callback = self._hub.loop.run_callback
         for _ in range(n):
             run_callback((warm or cold).pop().switch, None)
