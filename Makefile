@@ -9,7 +9,8 @@ demo: setup
 
 test:
 	@bash scripts/setup.sh --with-browser --with-mlserver --with-prometheus
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q -n 3 --dist loadfile -m "not quiet_host"
+	.venv/bin/python -m pytest -q -m quiet_host
 
 lint: setup
 	.venv/bin/ruff check loadkit tests bench scenarios

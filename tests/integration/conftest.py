@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.support import NOT_SHIPPED, REPO, DemoRun, user_env
+from tests.integration.support import BUILD_LOG, NOT_SHIPPED, REPO, DemoRun, user_env
 
 # Runs a command as the child of a subreaper, so that anything the command leaves
 # running re-parents to this wrapper (not to init) and can be listed, then killed.
@@ -36,17 +36,20 @@ print(json.dumps({"rc": rc, "left": names}))
 
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """bin/ of a fresh venv with loadkit installed from its wheel."""
+    """bin/ of a fresh venv with loadkit installed from its wheel; the build's output in ../../BUILD_LOG."""
     work = tmp_path_factory.mktemp("install")
     source = work / "src"
     shutil.copytree(REPO, source, ignore=NOT_SHIPPED, symlinks=True)
-    subprocess.run(
+    build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
         + ["-w", str(work / "dist"), str(source)],
         check=True,
         capture_output=True,
+        text=True,
         timeout=300,
     )
+    # What the build said, for test_install (pip shows setuptools' warnings even with -q).
+    (work / BUILD_LOG).write_text(build.stdout + build.stderr)
     wheel = next((work / "dist").glob("loadkit-*.whl"))
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

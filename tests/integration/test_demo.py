@@ -38,6 +38,7 @@ def _analysis(demo: DemoRun) -> dict:
     return json.loads((demo.run_dir / "analysis.json").read_text())
 
 
+@pytest.mark.quiet_host
 def test_periodic_p99_spikes_are_attributed_to_thermal_throttling(demo_run: DemoRun) -> None:
     a = _analysis(demo_run)
     p99 = next(p for p in a["periodicity"] if p["percentile"] == "p99")
@@ -55,6 +56,7 @@ def test_periodic_p99_spikes_are_attributed_to_thermal_throttling(demo_run: Demo
     assert evidence["compute_inflation_observed"] > 1.3
 
 
+@pytest.mark.quiet_host
 def test_burst_raises_batch_sizes_and_queue_time_and_latency_recovers(demo_run: DemoRun) -> None:
     a = _analysis(demo_run)
     assert len(a["recoveries"]) == 1
@@ -65,6 +67,7 @@ def test_burst_raises_batch_sizes_and_queue_time_and_latency_recovers(demo_run: 
     assert r["recovery_s"] is not None and 0 <= r["recovery_s"] < 20
 
 
+@pytest.mark.quiet_host
 def test_report_is_written_and_labels_the_gpu_simulated(demo_run: DemoRun) -> None:
     html = (demo_run.run_dir / "report.html").read_text()
     assert "simulated" in html.lower()

@@ -20,9 +20,23 @@ def test_every_package_is_listed_in_pyproject() -> None:
     on_disk = {
         ".".join(init.parent.relative_to(REPO).parts)
         for init in (REPO / "loadkit").rglob("__init__.py")
-        if "model_repository" not in init.parts
+        if "model_repository" not in init.parts  # the models' own model.py are not packages
     }
     on_disk.add("loadkit.scenarios")
+    # Folders of data that Python could import (an identifier's name) are packages
+    # too, or setuptools warns "Package would be ignored" on every install.
+    for root, top in (
+        (REPO / "loadkit", ("loadkit",)),
+        (REPO / "scenarios", ("loadkit", "scenarios")),
+    ):
+        for folder in root.rglob("*"):
+            parts = folder.relative_to(root).parts
+            if (
+                folder.is_dir()
+                and all(p.isidentifier() for p in parts)
+                and "__pycache__" not in parts
+            ):
+                on_disk.add(".".join(top + parts))
     missing = sorted(on_disk - set(config["packages"]))
     assert not missing, f"add {missing} to [tool.setuptools] packages in pyproject.toml"
     assert config["package-dir"]["loadkit.scenarios"] == "scenarios"
