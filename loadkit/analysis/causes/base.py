@@ -212,8 +212,24 @@ def ev(evidence: list[Evidence], name: str) -> float | None:
 # --- what several causes need -------------------------------------------------------
 
 
-def expected_batch_compute(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
-    """Batch compute time predicted from batch size by a Theil-Sen fit on baseline windows."""
+@dataclass(frozen=True)
+class BatchComputeFit:
+    """Compute per batch against batch size, fitted (Theil-Sen) on baseline windows."""
+
+    intercept_ms: float
+    slope_ms: float  # per request in the batch; 0 where the baseline saw one batch size
+    batch_size: np.ndarray  # per window; the baseline's median where unknown
+
+    def at(self, batch_size: float | np.ndarray) -> float | np.ndarray:
+        return self.intercept_ms + self.slope_ms * batch_size
+
+
+def batch_compute_fit(sig: Signals, baseline: np.ndarray) -> BatchComputeFit | None:
+    """The one fit of compute per batch (None: no Triton statistics, under 3 baseline windows).
+
+    Batch size is the request-weighted one, else the mean per batch (runs and
+    imports that record only that).
+    """
     tr = sig.triton
     if tr is None:
         return None
@@ -223,12 +239,20 @@ def expected_batch_compute(sig: Signals, baseline: np.ndarray) -> np.ndarray | N
     ok = baseline & ~np.isnan(x) & ~np.isnan(y)
     if ok.sum() < 3:
         return None
+    sizes = np.where(np.isnan(x), np.nanmedian(x[ok]), x)
     if np.ptp(x[ok]) < 0.2:  # one batch size only: no slope to fit
-        return np.full(sig.n, float(np.median(y[ok])))
+        return BatchComputeFit(float(np.median(y[ok])), 0.0, sizes)
     slope, _, _, _ = stats.theilslopes(y[ok], x[ok])
     slope = max(0.0, float(slope))
-    intercept = float(np.median(y[ok] - slope * x[ok]))
-    return intercept + slope * np.where(np.isnan(x), np.nanmedian(x[ok]), x)
+    return BatchComputeFit(float(np.median(y[ok] - slope * x[ok])), slope, sizes)
+
+
+def expected_batch_compute(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
+    """Batch compute time predicted per window from its batch size (`batch_compute_fit`)."""
+    fit = batch_compute_fit(sig, baseline)
+    if fit is None:
+        return None
+    return np.asarray(fit.at(fit.batch_size), dtype=float)
 
 
 def compute_inflation(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
@@ -258,22 +282,13 @@ def material(excess_ms: np.ndarray, latency_ms: np.ndarray, baseline: np.ndarray
 
 def service_capacity_rps(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
     """Requests/s one instance can serve at max batch, slowed by each window's compute inflation."""
-    tr = sig.triton
-    if tr is None or not sig.max_batch_size:
+    if not sig.max_batch_size:
         return None
-    x = tr.batch_size_req_weighted
-    y = tr.batch_compute_ms
-    ok = baseline & ~np.isnan(x) & ~np.isnan(y)
-    if ok.sum() < 3:
+    fit = batch_compute_fit(sig, baseline)
+    if fit is None:
         return None
     b = float(sig.max_batch_size)
-    if np.ptp(x[ok]) >= 0.2:
-        slope, _, _, _ = stats.theilslopes(y[ok], x[ok])
-        slope = max(0.0, float(slope))
-        intercept = float(np.median(y[ok] - slope * x[ok]))
-        at_max = intercept + slope * b
-    else:
-        at_max = float(np.median(y[ok]))  # unknown slope: optimistic, compute does not grow
+    at_max = float(fit.at(b))  # one batch size seen: optimistic, compute does not grow
     infl = compute_inflation(sig, baseline)
     factor = (
         np.ones(sig.n) if infl is None else np.where(np.isnan(infl), 1.0, np.maximum(infl, 1.0))
