@@ -368,9 +368,9 @@ def run(args: argparse.Namespace) -> int:
     summary = summarize_run(run_dir)
     outage = _outage(run_dir)
     if outage is not None:
-        from loadkit.analysis.causes.request_errors import outage_line
+        from loadkit.analysis import causes
 
-        print(outage_line([outage]))
+        print(causes.outage_line([outage]))
     print(summary.text())
     if summary.abort and summary.abort.get("by") == "condition":
         print(f"Aborted by --abort-on: {summary.abort.get('message')}", file=sys.stderr)
@@ -382,23 +382,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _outage(run_dir: Path) -> Finding | None:
-    """The run's `target_unreachable` finding, from its load counters (None: never unreachable)."""
-    from loadkit.analysis.causes.request_errors import CAUSE_UNREACHABLE, error_counts, finding_of
+    """The run's outage finding (the target unreachable), from its load counters (None: none)."""
+    from loadkit.analysis import causes
     from loadkit.rundir import load_run
 
     run = load_run(run_dir)
     start, end = run.start_ns, run.end_ns
     if start is None or end is None or end <= start:
         return None
-    counts = error_counts(run.load_intervals, int(start), int(end))
-    return finding_of(CAUSE_UNREACHABLE, counts) if counts is not None else None
+    counts = causes.error_counts(run.load_intervals, int(start), int(end))
+    return causes.outage(counts) if counts is not None else None
 
 
 def _unreachable_status(outage: Finding | None, max_pct: float) -> int:
     """Exit 3 (one ERROR line) when the target was unreachable for more than `max_pct` % of the run."""
-    from loadkit.analysis.causes.request_errors import unreachable_share
-
-    share = unreachable_share(outage)
+    share = outage.coincidence if outage is not None else 0.0  # an error finding's share of the run
     if 100.0 * share > max_pct:
         print(
             f"ERROR: the target was unreachable for {share:.0%} of the run "

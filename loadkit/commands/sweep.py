@@ -185,12 +185,13 @@ def _point(
 
         analysis = _analyzed(run_dir)
         run = load_run(run_dir)
-        _, max_batch, delay_ms = model_config(run)
+        config = model_config(run)
+        delay_ms = config.max_queue_delay_ms
         numbers = point_numbers(analysis, steady_numbers(run, warmup_s))
         point["numbers"] = numbers
         point["rules"] = batch_rules(
             numbers["batch_sizes"],
-            max_batch,
+            config.max_batch_size,
             None if delay_ms is None else round(delay_ms * 1000),
         )
     return point
@@ -477,7 +478,7 @@ def _from_runs(args: argparse.Namespace) -> int:
     runs = [load_run(r) for r in args.from_runs]
     configs = []
     for run in runs:
-        model, _, _ = model_config(run)
+        model = model_config(run).name
         config = run.info.environment.server.models.get(model or "") or {}
         configs.append(_settings_of(config) if config else {})
     keys = [
