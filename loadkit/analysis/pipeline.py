@@ -33,6 +33,7 @@ from loadkit.analysis.model import (
     SCHEMA_VERSION,
     Alert,
     Analysis,
+    BurstRecovery,
     CapacityResult,
     Finding,
     LatencyBreakdown,
@@ -41,7 +42,9 @@ from loadkit.analysis.model import (
     PhaseMark,
     RunAbort,
     RunInfo,
+    SaturationKnee,
     Series,
+    SoakDrift,
     SpikeEpisode,
     TelemetryWindows,
     Verdict,
@@ -657,80 +660,18 @@ def judge(
     slo: Mapping[str, float] | None = None,
 ) -> Analysis:
     """The verdicts (SLO, alerts, burst recovery, knee, soak drift), headline and the Analysis."""
-    run, grid, window_s = aligned.run, aligned.grid, aligned.window_s
-    start, end = aligned.start_ns, aligned.end_ns
-    gpu, host, triton = aligned.gpu, aligned.host, aligned.triton
-    offered_rps = aligned.offered / window_s
-    throughput_rps = aligned.ok / window_s
-    p99 = attributed.signals.p99_ms
+    run, start, end = aligned.run, aligned.start_ns, aligned.end_ns
     overall = _overall(run, aligned.load, aligned.corrected_h, aligned.service_h, start, end)
-    if production.is_production(run):
-        overall = production.with_server_totals(overall, run, grid)
     thresholds, source = resolve_slo(slo, run.info.slo)
-    verdict = slo_verdict(thresholds, source, overall)
     if production.is_production(run):  # per-step quantiles: judged step by step
+        overall = production.with_server_totals(overall, run, aligned.grid)
         lat = aligned.windows.corrected
         steps = {"p50": lat.p50_ms, "p95": lat.p95_ms, "p99": lat.p99_ms, "p999": lat.p999_ms}
-        verdict = step_verdict(thresholds, source, overall, steps, window_s)
-    alert_list = alerts(
-        grid.starts_ns,
-        window_s,
-        p99,
-        gpu.util_pct if gpu else None,
-        gpu.temp_c if gpu else None,
-        np.nan_to_num(aligned.offered),
-        gpu.temp_slowdown_c if gpu else None,
-    )
-    shortfall = schedule_shortfall(run.load_intervals)
-    if shortfall is not None:  # the same line as `loadkit run`'s summary
-        alert_list.append(Alert("generator_behind", "warn", shortfall.line(), start, end))
-    p99_5s = rolling_p99(aligned.corrected_h, window_s)
-    recoveries = [
-        burst_recovery(
-            b,
-            grid.starts_ns,
-            window_s,
-            p99,
-            p99_5s,
-            triton.batch_size_mean if triton else None,
-            triton.queue_ms_per_request if triton else None,
-        )
-        for b in detected.bursts
-    ]
-    knee = None
-    if detected.steps:
-        knee = saturation_knee(
-            detected.steps,
-            end,
-            grid.starts_ns,
-            window_s,
-            aligned.corrected_h,
-            offered_rps,
-            throughput_rps,
-            aligned.errors / window_s,
-            aligned.in_flight,
-            thresholds.get("p99_ms", DEFAULT_SLO["p99_ms"]),
-            thresholds.get("errors_pct", DEFAULT_SLO["errors_pct"]),
-        )
-    soak = soak_drift(
-        SoakSignals(
-            t_s=grid.starts_s,
-            window_s=window_s,
-            p50_ms=_array(aligned.windows.corrected.p50_ms),
-            throughput_rps=throughput_rps,
-            offered_rps=offered_rps,
-            errors=aligned.errors,
-            completed=aligned.completed,
-            gpu_mem_used_bytes=gpu.mem_used_bytes if gpu else None,
-            gpu_mem_total_bytes=gpu.mem_total_bytes if gpu else None,
-            server_rss_bytes=host.server_rss_bytes if host else None,
-            host_memory_bytes=run.info.environment.host.memory_bytes,
-            compute_ms_per_request=triton.compute_ms_per_request if triton else None,
-        )
-    )
+        verdict = step_verdict(thresholds, source, overall, steps, aligned.window_s)
+    else:
+        verdict = slo_verdict(thresholds, source, overall)
     findings = attributed.attribution.findings
     periodic = run_period(list(detected.periodicity), detected.primary)
-    overview = build_overview(aligned.intervals, start, end, aligned.windows, aligned.telemetry)
     notes = [*aligned.notes, *detected.notes, *run.warnings]
     run_info = _run_info(run, start, end)
     stopped = _stopped_sentence(run_info.abort)
@@ -740,7 +681,7 @@ def judge(
     return Analysis(
         schema_version=SCHEMA_VERSION,
         run=run_info,
-        window_s=window_s,
+        window_s=aligned.window_s,
         windows=aligned.windows,
         telemetry=aligned.telemetry,
         phases=detected.phases,
@@ -752,10 +693,10 @@ def judge(
         findings=tuple(findings),
         causes_checked=tuple(attributed.attribution.checks),
         verdict=verdict,
-        alerts=tuple(alert_list),
-        recoveries=tuple(recoveries),
-        knee=knee,
-        soak=soak,
+        alerts=tuple(_alerts(aligned, attributed)),
+        recoveries=tuple(_recoveries(aligned, detected, attributed)),
+        knee=_knee(aligned, detected, thresholds),
+        soak=_soak(aligned),
         headline=capacity.answer
         if capacity is not None
         else headline(
@@ -767,9 +708,92 @@ def judge(
         )
         + (f" {stopped}" if stopped else ""),
         notes=tuple(notes),
-        overview=overview,
+        overview=build_overview(aligned.intervals, start, end, aligned.windows, aligned.telemetry),
         breakdown=attributed.breakdown,
         capacity=capacity,
+    )
+
+
+def _alerts(aligned: Aligned, attributed: Attributed) -> list[Alert]:
+    """Threshold alerts on the windows, and the generator falling behind its schedule."""
+    gpu, grid = aligned.gpu, aligned.grid
+    found = alerts(
+        grid.starts_ns,
+        aligned.window_s,
+        attributed.signals.p99_ms,
+        gpu.util_pct if gpu else None,
+        gpu.temp_c if gpu else None,
+        np.nan_to_num(aligned.offered),
+        gpu.temp_slowdown_c if gpu else None,
+    )
+    shortfall = schedule_shortfall(aligned.run.load_intervals)
+    if shortfall is not None:  # the same line as `loadkit run`'s summary
+        found.append(
+            Alert("generator_behind", "warn", shortfall.line(), aligned.start_ns, aligned.end_ns)
+        )
+    return found
+
+
+def _recoveries(
+    aligned: Aligned, detected: Detected, attributed: Attributed
+) -> list[BurstRecovery]:
+    """How long latency took to recover after each burst."""
+    triton, window_s = aligned.triton, aligned.window_s
+    p99_5s = rolling_p99(aligned.corrected_h, window_s)
+    return [
+        burst_recovery(
+            b,
+            aligned.grid.starts_ns,
+            window_s,
+            attributed.signals.p99_ms,
+            p99_5s,
+            triton.batch_size_mean if triton else None,
+            triton.queue_ms_per_request if triton else None,
+        )
+        for b in detected.bursts
+    ]
+
+
+def _knee(
+    aligned: Aligned, detected: Detected, thresholds: Mapping[str, float]
+) -> SaturationKnee | None:
+    """The saturation knee of a run in steps of load (None without steps)."""
+    if not detected.steps:
+        return None
+    window_s = aligned.window_s
+    return saturation_knee(
+        detected.steps,
+        aligned.end_ns,
+        aligned.grid.starts_ns,
+        window_s,
+        aligned.corrected_h,
+        aligned.offered / window_s,
+        aligned.ok / window_s,
+        aligned.errors / window_s,
+        aligned.in_flight,
+        thresholds.get("p99_ms", DEFAULT_SLO["p99_ms"]),
+        thresholds.get("errors_pct", DEFAULT_SLO["errors_pct"]),
+    )
+
+
+def _soak(aligned: Aligned) -> SoakDrift | None:
+    """Drift over a long run: latency floor, throughput, memory."""
+    gpu, host, triton, window_s = aligned.gpu, aligned.host, aligned.triton, aligned.window_s
+    return soak_drift(
+        SoakSignals(
+            t_s=aligned.grid.starts_s,
+            window_s=window_s,
+            p50_ms=_array(aligned.windows.corrected.p50_ms),
+            throughput_rps=aligned.ok / window_s,
+            offered_rps=aligned.offered / window_s,
+            errors=aligned.errors,
+            completed=aligned.completed,
+            gpu_mem_used_bytes=gpu.mem_used_bytes if gpu else None,
+            gpu_mem_total_bytes=gpu.mem_total_bytes if gpu else None,
+            server_rss_bytes=host.server_rss_bytes if host else None,
+            host_memory_bytes=aligned.run.info.environment.host.memory_bytes,
+            compute_ms_per_request=triton.compute_ms_per_request if triton else None,
+        )
     )
 
 
