@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from loadkit.commands.report import load_or_analyze, write_output
+from loadkit.analysis.stored import load_or_analyze
+from loadkit.commands.report import write_output
 from loadkit.errors import UsageError
 from loadkit.report import formats
 from loadkit.rundir import load_run, safe_name

@@ -247,16 +247,6 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_overrides(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise UsageError(f"--set {item!r} is not NAME=VALUE", hint="e.g. --set base_rate=50")
-        out[name.strip()] = value.strip()
-    return out
-
-
 def request_overrides(args: argparse.Namespace) -> dict[str, str]:
     """The request flags as scenario parameters (the same names `--set` takes)."""
     out: dict[str, str] = {}
@@ -337,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--serve-metrics {args.serve_metrics}: not a TCP port (0..65535)")
     workers = _workers(args)
     scenario = resolve_scenario(args.scenario)
-    params = {**parse_overrides(args.overrides), **request_overrides(args)}
+    params = {**options.parse_overrides(args.overrides), **request_overrides(args)}
     telemetry = TelemetryOptions(
         enabled=not args.no_telemetry,
         gpu=args.gpu,
