@@ -30,18 +30,7 @@ from scipy import stats
 
 from loadkit.analysis.breakdown import baseline_medians, episode_mask, growth
 from loadkit.analysis.causes import BY_ID, ERRORS, REGISTRY, STANDING, UNEXPLAINED, Cause
-from loadkit.analysis.causes._gpu_clock import CLOCK_DROP_RATIO, POWER_AT_LIMIT, REASON_SHARE
-from loadkit.analysis.causes.base import (
-    Signals,
-    Signature,
-    components,
-    compute_inflation,
-    expected_batch_compute,
-    service_capacity_rps,
-)
-from loadkit.analysis.causes.cgroup_throttling import CGROUP_THROTTLED_PCT
-from loadkit.analysis.causes.request_errors import error_findings
-from loadkit.analysis.causes.unexplained import CAUSE_COMPUTE
+from loadkit.analysis.causes.base import Signals, Signature, components, error_spans
 from loadkit.analysis.model import CONFIDENCES, CauseCheck, Evidence, Finding, SpikeEpisode
 from loadkit.analysis.noise import EFFECT_MOVED, cliffs_delta
 
@@ -498,7 +487,7 @@ def attribute(
     # burst leaves shows as queue and client time, so there only a compute slowdown (at
     # the same batch size, which no backlog inflates) is a second fault.
     rest = remainders([e for e in episodes if e.episode_id in explained], sig.starts_ns, reached)
-    compute = [c for c in fallback if c.id == CAUSE_COMPUTE]
+    compute = [c for c in fallback if c.component == "server_compute"]
     if rest and compute:
         if named == compute:
             tested += [e for e, _ in rest]
@@ -515,18 +504,36 @@ def attribute(
     tried = named + (compute if rest else [])
     checks += [CauseCheck(c.id, "not_found", why) for c in fallback if c not in tried]
     # Failed requests (an outage, rejections, timeouts) come before every latency finding.
-    failed, failed_checks = error_findings(sig, [c for c in causes if c.kind == ERRORS])
+    failed, failed_checks = error_findings(sig, causes)
     return Attribution(
         [*failed, *rank_findings(findings)], checks + failed_checks, causes_by_episode
     )
 
 
+def error_findings(sig: Signals, causes: Sequence[Cause]) -> tuple[list[Finding], list[CauseCheck]]:
+    """The findings of every error cause (kind ERRORS) in `causes`, in their order; and their checks.
+
+    Errors are counted, not scored: each cause's `find` reads the run's error counts.
+    """
+    findings: list[Finding] = []
+    checks: list[CauseCheck] = []
+    for cause in causes:
+        if cause.kind != ERRORS or cause.find is None:
+            continue
+        if sig.error_counts is None:
+            checks.append(CauseCheck(cause.id, "not_assessable", "no load counters (load/)"))
+            continue
+        finding = cause.find(sig.error_counts, sig.max_queue_size, sig.timeout_s)
+        if finding is None:
+            checks.append(CauseCheck(cause.id, "not_found", "no error episodes of this kind"))
+            continue
+        findings.append(finding)
+        checks.append(CauseCheck(cause.id, "found", error_spans(list(finding.evidence))))
+    return findings, checks
+
+
 __all__ = [
     "ACTIONS",
-    "CGROUP_THROTTLED_PCT",
-    "CLOCK_DROP_RATIO",
-    "POWER_AT_LIMIT",
-    "REASON_SHARE",
     "TITLES",
     "Attribution",
     "Evidence",
@@ -536,14 +543,12 @@ __all__ = [
     "baseline_for",
     "baseline_mask",
     "cliffs_delta",
-    "compute_inflation",
     "confidence",
-    "expected_batch_compute",
+    "error_findings",
     "finding_order",
     "quietest_windows",
     "rank_findings",
     "reach",
     "remainders",
     "score",
-    "service_capacity_rps",
 ]

@@ -1,8 +1,8 @@
 """Spans to shade on timelines: GPU clock throttling, cgroup CPU throttling, injected faults.
 
-Throttle spans are runs of windows classified by the rule attribution uses
-(`causes._gpu_clock.throttle_classes`), so what the timeline shades is what the
-findings mean. Fault spans are ground truth read from events.jsonl
+Throttle spans are runs of windows where a cause's condition holds, by the
+rule the cause itself is found by (its `Cause.shading`, read from the
+registry), so what the timeline shades is what the findings mean. Fault spans are ground truth read from events.jsonl
 (`kind: fault`, `action: start/end`): they are for the reader (and the diagnosis
 benchmark) to check the findings against, and never feed attribution.
 """
@@ -10,27 +10,17 @@ benchmark) to check the findings against, and never feed attribution.
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from loadkit.analysis import causes
 from loadkit.analysis.align import NS, WindowGrid
-from loadkit.analysis.causes._gpu_clock import throttle_classes
-from loadkit.analysis.causes.cgroup_throttling import CGROUP_THROTTLED_PCT
 from loadkit.analysis.episodes import hot_runs
-from loadkit.analysis.model import (
-    CAUSE_GPU_CLOCK_OTHER,
-    CAUSE_GPU_POWER,
-    CAUSE_GPU_THERMAL,
-    Interval,
-)
+from loadkit.analysis.model import Interval
 from loadkit.analysis.telemetry import GpuSeries, HostSeries, events_of
-
-GPU_LABELS = {
-    "gpu_thermal": "GPU thermal throttling",
-    "gpu_power": "GPU power capping",
-    "gpu_clock_other": "GPU clock drop (no thermal or power reason)",
-}
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
@@ -46,47 +36,35 @@ def _span(
     return lo, hi, (lo - run_start_ns) / NS, (hi - run_start_ns) / NS
 
 
-# Interval kinds of the three clock causes (`throttle_classes`).
-GPU_KINDS = {
-    CAUSE_GPU_THERMAL: "gpu_thermal",
-    CAUSE_GPU_POWER: "gpu_power",
-    CAUSE_GPU_CLOCK_OTHER: "gpu_clock_other",
-}
-
-
 def gpu_throttle_classes(gpu: GpuSeries) -> dict[str, np.ndarray]:
     """Per window and interval kind: thermal, power or other-clock throttling (attribution's rule)."""
-    return {GPU_KINDS[cause]: mask for cause, mask in throttle_classes(gpu).items()}
-
-
-def gpu_intervals(
-    gpu: GpuSeries, grid: WindowGrid, run_start_ns: int, run_end_ns: int
-) -> list[Interval]:
-    out = []
-    for kind, mask in gpu_throttle_classes(gpu).items():
-        for first, stop in _runs(mask):
-            lo, hi, lo_s, hi_s = _span(grid, run_start_ns, run_end_ns, first, stop)
-            ratio = gpu.clock_ratio_busy[first:stop]
-            label = GPU_LABELS[kind]
-            if np.isfinite(ratio).any():
-                label += f": busy SM clock {100 * float(np.nanmin(ratio)):.0f} % of max at lowest"
-            out.append(Interval(kind, lo_s, hi_s, lo, hi, label))
+    out: dict[str, np.ndarray] = {}
+    for cause in causes.REGISTRY:
+        if cause.shading is not None and cause.shading.source == "gpu":
+            mask = cause.shading.windows(gpu)
+            if mask is not None:
+                out[cause.shading.kind] = mask
     return out
 
 
-def cgroup_intervals(
-    host: HostSeries, grid: WindowGrid, run_start_ns: int, run_end_ns: int
+def cause_intervals(
+    sources: Mapping[str, Any], grid: WindowGrid, run_start_ns: int, run_end_ns: int
 ) -> list[Interval]:
-    """Windows with ≥ CGROUP_THROTTLED_PCT of the cgroup's CFS periods throttled."""
-    if not host.has_cgroup:
-        return []
-    pct = np.nan_to_num(host.cgroup_throttled_pct, nan=0.0)
+    """The spans where a registered cause's condition holds, from its source's series."""
     out = []
-    for first, stop in _runs(pct >= CGROUP_THROTTLED_PCT):
-        lo, hi, lo_s, hi_s = _span(grid, run_start_ns, run_end_ns, first, stop)
-        worst = float(pct[first:stop].max())
-        label = f"cgroup CPU throttling: up to {worst:.0f} % of periods throttled"
-        out.append(Interval("cgroup_throttled", lo_s, hi_s, lo, hi, label))
+    for cause in causes.REGISTRY:
+        shading = cause.shading
+        series = sources.get(shading.source) if shading is not None else None
+        if shading is None or series is None:
+            continue
+        mask = shading.windows(series)
+        if mask is None:
+            continue
+        for first, stop in _runs(mask):
+            lo, hi, lo_s, hi_s = _span(grid, run_start_ns, run_end_ns, first, stop)
+            out.append(
+                Interval(shading.kind, lo_s, hi_s, lo, hi, shading.label(series, first, stop))
+            )
     return out
 
 
@@ -147,19 +125,14 @@ def run_intervals(
     events: pd.DataFrame,
 ) -> tuple[Interval, ...]:
     """All intervals of a run, by start time (then kind)."""
-    found: list[Interval] = []
-    if gpu is not None:
-        found += gpu_intervals(gpu, grid, run_start_ns, run_end_ns)
-    if host is not None:
-        found += cgroup_intervals(host, grid, run_start_ns, run_end_ns)
+    found = cause_intervals({"gpu": gpu, "host": host}, grid, run_start_ns, run_end_ns)
     found += fault_intervals(events, run_start_ns, run_end_ns)
     return tuple(sorted(found, key=lambda i: (i.start_ns, i.kind, i.end_ns)))
 
 
 __all__ = [
-    "cgroup_intervals",
+    "cause_intervals",
     "fault_intervals",
-    "gpu_intervals",
     "gpu_throttle_classes",
     "run_intervals",
 ]

@@ -16,13 +16,12 @@ import pandas as pd
 
 from loadkit import __version__
 from loadkit.analysis import attribution as attr
-from loadkit.analysis import production
+from loadkit.analysis import causes, production
 from loadkit.analysis import sources as telemetry_sources
 from loadkit.analysis.alerts import alerts
 from loadkit.analysis.align import NS, WindowGrid, make_grid, to_series
 from loadkit.analysis.breakdown import breakdown, label_episodes
 from loadkit.analysis.capacity import capacity_result, probes_from_events
-from loadkit.analysis.causes import request_errors
 from loadkit.analysis.drift import SoakSignals, soak_drift
 from loadkit.analysis.episodes import baseline_windows_for, find_episodes
 from loadkit.analysis.figures import with_figure_values
@@ -34,6 +33,7 @@ from loadkit.analysis.model import (
     SCHEMA_VERSION,
     Alert,
     Analysis,
+    BurstRecovery,
     CapacityResult,
     Finding,
     LatencyBreakdown,
@@ -42,7 +42,9 @@ from loadkit.analysis.model import (
     PhaseMark,
     RunAbort,
     RunInfo,
+    SaturationKnee,
     Series,
+    SoakDrift,
     SpikeEpisode,
     TelemetryWindows,
     Verdict,
@@ -132,8 +134,19 @@ def _time_bounds(run: Run, intervals: IntervalCounts) -> tuple[int, int] | None:
     return int(start), int(end)
 
 
-def model_config(run: Run) -> tuple[str | None, int | None, float | None]:
-    """(model name, max_batch_size, max_queue_delay in ms) from the manifest's Triton config."""
+@dataclass(frozen=True)
+class ModelConfig:
+    """What analysis reads of the target model's configuration (the manifest's Triton config)."""
+
+    name: str | None
+    max_batch_size: int | None = None
+    max_queue_delay_ms: float | None = None
+    # default_queue_policy's limit (None: no limit, proto3's default 0, or not recorded).
+    max_queue_size: int | None = None
+
+
+def model_config(run: Run) -> ModelConfig:
+    """The target model's config: the one the run names, else a server's only model."""
     info = run.info
     models = info.environment.server.models
     name = info.target.model if info.target is not None else None
@@ -141,21 +154,37 @@ def model_config(run: Run) -> tuple[str | None, int | None, float | None]:
     if config is None and len(models) == 1:
         name, config = next(iter(models.items()))
     if config is None:
-        return name, None, None
+        return ModelConfig(name)
     max_batch = config.get("max_batch_size")
     batching = config.get("dynamic_batching")
     delay = None
+    queue = None
     if isinstance(batching, dict):
         raw = batching.get("max_queue_delay_microseconds", 0)  # proto3 default: 0
         try:
             delay = float(raw) / 1000.0
         except (TypeError, ValueError):
             delay = None
+        policy = batching.get("default_queue_policy")
+        if isinstance(policy, dict):
+            try:
+                queue = int(policy.get("max_queue_size", 0)) or None  # proto3 default 0: no limit
+            except (TypeError, ValueError):
+                queue = None
     try:
         mb = int(max_batch) if max_batch is not None else None
     except (TypeError, ValueError):
         mb = None
-    return name, mb, delay
+    return ModelConfig(name, mb, delay, queue)
+
+
+def scenario_timeout_s(run: Run) -> float | None:
+    """The scenario's request timeout, where recorded."""
+    params = run.info.scenario.params if run.info.scenario is not None else {}
+    try:
+        return float(params["timeout_s"]) if "timeout_s" in params else None
+    except (TypeError, ValueError):
+        return None
 
 
 def completion_gaps(load: pd.DataFrame, samples: pd.DataFrame) -> CompletionGaps | None:
@@ -294,6 +323,7 @@ class Aligned(telemetry_sources.SourceAccessors):
     gaps: CompletionGaps | None
     max_batch_size: int | None
     max_queue_delay_ms: float | None
+    max_queue_size: int | None
     telemetry: TelemetryWindows
     notes: tuple[str, ...]
 
@@ -426,10 +456,10 @@ def align(run: Run) -> Aligned:
         in_flight=_series(in_flight) or (),
     )
 
-    model, max_batch, max_delay_ms = model_config(run)
+    config = model_config(run)
     for missing in run.info.environment.server.not_recorded:
         notes.append(f"not recorded from the server: {missing}")
-    context = telemetry_sources.AlignContext(model=model)
+    context = telemetry_sources.AlignContext(model=config.name)
     sources = {
         source.name: source.align(run.series(source.name), grid, context)
         if run.has_series(source.name)
@@ -474,8 +504,9 @@ def align(run: Run) -> Aligned:
         sources=sources,
         samples=samples,
         gaps=gaps,
-        max_batch_size=max_batch,
-        max_queue_delay_ms=max_delay_ms,
+        max_batch_size=config.max_batch_size,
+        max_queue_delay_ms=config.max_queue_delay_ms,
+        max_queue_size=config.max_queue_size,
         telemetry=_telemetry_windows(sources, samples, ok / window_s),
         notes=tuple(notes),
     )
@@ -565,7 +596,6 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
     for b in detected.bursts:
         burst_mask |= (grid.starts_ns >= b.start_ns) & (grid.starts_ns < (b.end_ns or grid.end_ns))
     load = aligned.load
-    queue_limit, timeout_s = request_errors.run_context(aligned.run)
     signals = attr.Signals(
         window_s=window_s,
         starts_ns=grid.starts_ns,
@@ -583,18 +613,19 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
         corrected_p50_ms=_array(latency.p50_ms),
         dispatch_lag_ms=load.dispatch_lag_max_ms if load is not None else None,
         gaps=aligned.gaps,
-        error_counts=request_errors.error_counts(
+        error_counts=causes.error_counts(
             aligned.run.load_intervals, aligned.start_ns, aligned.end_ns
         ),
-        max_queue_size=queue_limit,
-        timeout_s=timeout_s,
+        max_queue_size=aligned.max_queue_size,
+        timeout_s=scenario_timeout_s(aligned.run),
     )
     episodes = detected.episodes
     attribution = attr.attribute(signals, detected.episodes_for_primary, episodes)
     if production.is_production(aligned.run):
         attribution.checks = production.metrics_only_checks(attribution.checks)
-        gone = set(production.PER_REQUEST_CAUSES)
-        attribution.findings = [f for f in attribution.findings if f.cause not in gone]
+        attribution.findings = [
+            f for f in attribution.findings if causes.get(f.cause).per_request is None
+        ]
     # Where the time goes, per window, and which part grew in each episode.
     base = attr.baseline_for(
         grid.n,
@@ -629,80 +660,18 @@ def judge(
     slo: Mapping[str, float] | None = None,
 ) -> Analysis:
     """The verdicts (SLO, alerts, burst recovery, knee, soak drift), headline and the Analysis."""
-    run, grid, window_s = aligned.run, aligned.grid, aligned.window_s
-    start, end = aligned.start_ns, aligned.end_ns
-    gpu, host, triton = aligned.gpu, aligned.host, aligned.triton
-    offered_rps = aligned.offered / window_s
-    throughput_rps = aligned.ok / window_s
-    p99 = attributed.signals.p99_ms
+    run, start, end = aligned.run, aligned.start_ns, aligned.end_ns
     overall = _overall(run, aligned.load, aligned.corrected_h, aligned.service_h, start, end)
-    if production.is_production(run):
-        overall = production.with_server_totals(overall, run, grid)
     thresholds, source = resolve_slo(slo, run.info.slo)
-    verdict = slo_verdict(thresholds, source, overall)
     if production.is_production(run):  # per-step quantiles: judged step by step
+        overall = production.with_server_totals(overall, run, aligned.grid)
         lat = aligned.windows.corrected
         steps = {"p50": lat.p50_ms, "p95": lat.p95_ms, "p99": lat.p99_ms, "p999": lat.p999_ms}
-        verdict = step_verdict(thresholds, source, overall, steps, window_s)
-    alert_list = alerts(
-        grid.starts_ns,
-        window_s,
-        p99,
-        gpu.util_pct if gpu else None,
-        gpu.temp_c if gpu else None,
-        np.nan_to_num(aligned.offered),
-        gpu.temp_slowdown_c if gpu else None,
-    )
-    shortfall = schedule_shortfall(run.load_intervals)
-    if shortfall is not None:  # the same line as `loadkit run`'s summary
-        alert_list.append(Alert("generator_behind", "warn", shortfall.line(), start, end))
-    p99_5s = rolling_p99(aligned.corrected_h, window_s)
-    recoveries = [
-        burst_recovery(
-            b,
-            grid.starts_ns,
-            window_s,
-            p99,
-            p99_5s,
-            triton.batch_size_mean if triton else None,
-            triton.queue_ms_per_request if triton else None,
-        )
-        for b in detected.bursts
-    ]
-    knee = None
-    if detected.steps:
-        knee = saturation_knee(
-            detected.steps,
-            end,
-            grid.starts_ns,
-            window_s,
-            aligned.corrected_h,
-            offered_rps,
-            throughput_rps,
-            aligned.errors / window_s,
-            aligned.in_flight,
-            thresholds.get("p99_ms", DEFAULT_SLO["p99_ms"]),
-            thresholds.get("errors_pct", DEFAULT_SLO["errors_pct"]),
-        )
-    soak = soak_drift(
-        SoakSignals(
-            t_s=grid.starts_s,
-            window_s=window_s,
-            p50_ms=_array(aligned.windows.corrected.p50_ms),
-            throughput_rps=throughput_rps,
-            offered_rps=offered_rps,
-            errors=aligned.errors,
-            completed=aligned.completed,
-            gpu_mem_used_bytes=gpu.mem_used_bytes if gpu else None,
-            gpu_mem_total_bytes=gpu.mem_total_bytes if gpu else None,
-            server_rss_bytes=host.server_rss_bytes if host else None,
-            host_memory_bytes=run.info.environment.host.memory_bytes,
-            compute_ms_per_request=triton.compute_ms_per_request if triton else None,
-        )
-    )
+        verdict = step_verdict(thresholds, source, overall, steps, aligned.window_s)
+    else:
+        verdict = slo_verdict(thresholds, source, overall)
     findings = attributed.attribution.findings
     periodic = run_period(list(detected.periodicity), detected.primary)
-    overview = build_overview(aligned.intervals, start, end, aligned.windows, aligned.telemetry)
     notes = [*aligned.notes, *detected.notes, *run.warnings]
     run_info = _run_info(run, start, end)
     stopped = _stopped_sentence(run_info.abort)
@@ -712,7 +681,7 @@ def judge(
     return Analysis(
         schema_version=SCHEMA_VERSION,
         run=run_info,
-        window_s=window_s,
+        window_s=aligned.window_s,
         windows=aligned.windows,
         telemetry=aligned.telemetry,
         phases=detected.phases,
@@ -724,10 +693,10 @@ def judge(
         findings=tuple(findings),
         causes_checked=tuple(attributed.attribution.checks),
         verdict=verdict,
-        alerts=tuple(alert_list),
-        recoveries=tuple(recoveries),
-        knee=knee,
-        soak=soak,
+        alerts=tuple(_alerts(aligned, attributed)),
+        recoveries=tuple(_recoveries(aligned, detected, attributed)),
+        knee=_knee(aligned, detected, thresholds),
+        soak=_soak(aligned),
         headline=capacity.answer
         if capacity is not None
         else headline(
@@ -739,9 +708,92 @@ def judge(
         )
         + (f" {stopped}" if stopped else ""),
         notes=tuple(notes),
-        overview=overview,
+        overview=build_overview(aligned.intervals, start, end, aligned.windows, aligned.telemetry),
         breakdown=attributed.breakdown,
         capacity=capacity,
+    )
+
+
+def _alerts(aligned: Aligned, attributed: Attributed) -> list[Alert]:
+    """Threshold alerts on the windows, and the generator falling behind its schedule."""
+    gpu, grid = aligned.gpu, aligned.grid
+    found = alerts(
+        grid.starts_ns,
+        aligned.window_s,
+        attributed.signals.p99_ms,
+        gpu.util_pct if gpu else None,
+        gpu.temp_c if gpu else None,
+        np.nan_to_num(aligned.offered),
+        gpu.temp_slowdown_c if gpu else None,
+    )
+    shortfall = schedule_shortfall(aligned.run.load_intervals)
+    if shortfall is not None:  # the same line as `loadkit run`'s summary
+        found.append(
+            Alert("generator_behind", "warn", shortfall.line(), aligned.start_ns, aligned.end_ns)
+        )
+    return found
+
+
+def _recoveries(
+    aligned: Aligned, detected: Detected, attributed: Attributed
+) -> list[BurstRecovery]:
+    """How long latency took to recover after each burst."""
+    triton, window_s = aligned.triton, aligned.window_s
+    p99_5s = rolling_p99(aligned.corrected_h, window_s)
+    return [
+        burst_recovery(
+            b,
+            aligned.grid.starts_ns,
+            window_s,
+            attributed.signals.p99_ms,
+            p99_5s,
+            triton.batch_size_mean if triton else None,
+            triton.queue_ms_per_request if triton else None,
+        )
+        for b in detected.bursts
+    ]
+
+
+def _knee(
+    aligned: Aligned, detected: Detected, thresholds: Mapping[str, float]
+) -> SaturationKnee | None:
+    """The saturation knee of a run in steps of load (None without steps)."""
+    if not detected.steps:
+        return None
+    window_s = aligned.window_s
+    return saturation_knee(
+        detected.steps,
+        aligned.end_ns,
+        aligned.grid.starts_ns,
+        window_s,
+        aligned.corrected_h,
+        aligned.offered / window_s,
+        aligned.ok / window_s,
+        aligned.errors / window_s,
+        aligned.in_flight,
+        thresholds.get("p99_ms", DEFAULT_SLO["p99_ms"]),
+        thresholds.get("errors_pct", DEFAULT_SLO["errors_pct"]),
+    )
+
+
+def _soak(aligned: Aligned) -> SoakDrift | None:
+    """Drift over a long run: latency floor, throughput, memory."""
+    gpu, host, triton, window_s = aligned.gpu, aligned.host, aligned.triton, aligned.window_s
+    return soak_drift(
+        SoakSignals(
+            t_s=aligned.grid.starts_s,
+            window_s=window_s,
+            p50_ms=_array(aligned.windows.corrected.p50_ms),
+            throughput_rps=aligned.ok / window_s,
+            offered_rps=aligned.offered / window_s,
+            errors=aligned.errors,
+            completed=aligned.completed,
+            gpu_mem_used_bytes=gpu.mem_used_bytes if gpu else None,
+            gpu_mem_total_bytes=gpu.mem_total_bytes if gpu else None,
+            server_rss_bytes=host.server_rss_bytes if host else None,
+            host_memory_bytes=aligned.run.info.environment.host.memory_bytes,
+            compute_ms_per_request=triton.compute_ms_per_request if triton else None,
+        )
     )
 
 
@@ -749,7 +801,7 @@ def _capacity(aligned: Aligned) -> CapacityResult:
     """A capacity run's answer from its recorded probes and the telemetry of the failing one."""
     run = aligned.run
     settings = dict(run.info.capacity or {})
-    model, _, _ = model_config(run)
+    model = model_config(run).name
     return capacity_result(
         settings,
         probes_from_events(run.events, aligned.start_ns),
@@ -806,7 +858,7 @@ def headline(
     if not findings:
         return f"{state}. No cause found for latency spikes." if not verdict.passed else f"{state}."
     top = findings[0]
-    if top.cause in request_errors.ERROR_CAUSE_IDS:  # failed requests: what happened, first
+    if causes.is_error(top.cause):  # failed requests: what happened, first
         return f"{state}. {top.summary}"
     periodic = f" every {period_s:.0f} s" if period_s else ""
     if period_s and period_percentile and period_percentile != percentile:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from loadkit.analysis import causes
 from loadkit.analysis.align import (
     NS,
     WindowGrid,
@@ -30,11 +31,6 @@ from loadkit.rundir import Run
 LATENCY_SERIES = "production_latency"
 # Quantile over the last minute (Triton's summaries: prometheus-cpp's default max_age).
 SUMMARY_SPAN_S = 60.0
-# Causes whose evidence is per request: metrics cannot show them either way.
-PER_REQUEST_CAUSES = {
-    "process_stall": "completion gaps (spans with requests in flight and none completing)",
-    "connection_churn": "per-request connection reuse",
-}
 NOT_FROM_METRICS = "not assessable from metrics: needs {what}, which only a load test records"
 
 
@@ -143,10 +139,12 @@ def _source_notes(info: dict[str, Any], step_s: float, span_s: float) -> list[st
 
 
 def metrics_only_checks(checks: list[CauseCheck]) -> list[CauseCheck]:
-    """Per-request causes become not assessable, with why; the rest unchanged."""
+    """Causes that need per-request data (`Cause.per_request`) become not assessable, with why;
+    the rest unchanged."""
     out = []
     for check in checks:
-        what = PER_REQUEST_CAUSES.get(check.cause)
+        cause = causes.BY_ID.get(check.cause)
+        what = cause.per_request if cause is not None else None
         if what is not None:
             check = replace(
                 check, status="not_assessable", reason=NOT_FROM_METRICS.format(what=what)

@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from loadkit.analysis.causes import BY_ID, ERRORS
-from loadkit.analysis.causes.request_errors import outage_line
+from loadkit.analysis import causes
 from loadkit.analysis.model import Analysis, Finding
 from loadkit.analysis.pipeline import analyze_run
 from loadkit.analysis.slo import DEFAULT_SLO, parse_slo
@@ -57,8 +56,7 @@ def _ms(value: float | None) -> str:
 
 
 def _evidence_line(finding: Finding) -> str:
-    cause = BY_ID.get(finding.cause)
-    if cause is not None and cause.kind == ERRORS:
+    if causes.is_error(finding.cause):
         n = int(next((e.value for e in finding.evidence if e.name == "episodes"), 0) or 0)
         return f"{n} error episode{'s' if n != 1 else ''}, {finding.coincidence:.0%} of the run"
     stats = (
@@ -115,7 +113,7 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
     a = analysis
     o = a.overall
     w = out.write
-    outage = outage_line(a.findings)
+    outage = causes.outage_line(a.findings)
     if outage:  # the most important thing that can happen in a load test: said first
         w(f"{outage}\n")
     w(

@@ -182,7 +182,7 @@ def search_capacity(
     extra_manifest: dict[str, Any] | None = None,
 ) -> tuple[Path, bool]:
     """One capacity run (the search inside one LoadRun); (its directory, interrupted)."""
-    from loadkit.commands.run import parse_overrides
+    from loadkit.commands.options import parse_overrides
     from loadkit.load.catalog import scenario_dir
     from loadkit.load.orchestrator import LoadRun, RunOptions, TelemetryOptions
     from loadkit.load.search import CapacitySearch, SearchStopped

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from loadkit.commands.report import load_or_analyze, write_output
+from loadkit.analysis.stored import load_or_analyze
+from loadkit.commands.report import write_output
 from loadkit.errors import UsageError
+from loadkit.report import formats
 from loadkit.rundir import load_run, safe_name
 
 HELP = "compare runs (A/B): numbers, differences, distributions, findings"
@@ -33,7 +35,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="where to write ('-' for stdout); default compare-<A>-vs-<B>.html beside run A",
     )
-    parser.add_argument("--format", choices=["html", "md"], default="html")
+    parser.add_argument("--format", choices=formats.COMPARE_FORMATS, default=formats.DEFAULT)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,15 +49,12 @@ def run(args: argparse.Namespace) -> int:
         runs.append((run_dir, load_or_analyze(run_dir)))
     first = runs[0][0].path
     name = "compare-" + "-vs-".join(safe_name(r.run_id) for r, _ in runs)
-    default = first.parent / f"{name}.{args.format}"
+    reporter = formats.get(args.format).compare_reporter()
+    assert reporter is not None  # the choices are the formats that compare
+    default = first.parent / f"{name}.{reporter.output_file_extension}"
     output = args.output or str(default)
-    from loadkit.report import compare
-
-    if args.format == "html":
-        text = compare.render_html(runs)
-    else:
-        html_default = first.parent / f"{name}.html"
-        url = html_default.resolve().as_uri() if html_default.exists() else None
-        text = compare.render_markdown(runs, html_url=url)
+    html_default = first.parent / f"{name}.html"
+    url = html_default.resolve().as_uri() if html_default.exists() else None
+    text = reporter.render(runs, html_url=url)
     write_output(text, output, f"comparison ({args.format.upper()})")
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from loadkit.errors import UsageError
+
 
 def add_seed_and_output(
     parser: argparse.ArgumentParser, *, directory: str = "run directory", default_name: str
@@ -21,3 +23,14 @@ def add_overrides(parser: argparse.ArgumentParser | argparse._ArgumentGroup, hel
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE", help=help
     )
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """`--set NAME=VALUE` items into scenario parameters."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--set {item!r} is not NAME=VALUE", hint="e.g. --set base_rate=50")
+        out[name.strip()] = value.strip()
+    return out

@@ -6,11 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from loadkit.analysis.model import Analysis
+from loadkit.analysis.stored import load_or_analyze
 from loadkit.errors import UsageError
 from loadkit.report import formats
-from loadkit.rundir import Run, load_run
-from loadkit.rundir.layout import ANALYSIS_FILE, REPORT_FILE
+from loadkit.rundir import load_run
+from loadkit.rundir.layout import REPORT_FILE
 
 HELP = "write a run's report: self-contained HTML, Markdown or JSON"
 
@@ -54,23 +54,6 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="analyze the run again even if analysis.json exists (e.g. after upgrading loadkit)",
     )
-
-
-def load_or_analyze(run: Run, reanalyze: bool = False) -> Analysis:
-    """The run's analysis.json, or a fresh analysis written to it when missing."""
-    path = run.path / ANALYSIS_FILE
-    if path.exists() and not reanalyze:
-        return Analysis.load(path)
-    from loadkit.analysis import analyze_run
-
-    print(f"analyzing {run.path} (no {ANALYSIS_FILE} yet) ...", file=sys.stderr)
-    analysis: Analysis = analyze_run(run)  # type: ignore[operator]
-    try:
-        analysis.save(path)
-    except OSError as exc:
-        # A read-only copy of a run can still be reported on.
-        print(f"WARNING: could not write {path} ({exc}); continuing", file=sys.stderr)
-    return analysis
 
 
 def write_output(text: str, output: str, what: str) -> None:

@@ -247,16 +247,6 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_overrides(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise UsageError(f"--set {item!r} is not NAME=VALUE", hint="e.g. --set base_rate=50")
-        out[name.strip()] = value.strip()
-    return out
-
-
 def request_overrides(args: argparse.Namespace) -> dict[str, str]:
     """The request flags as scenario parameters (the same names `--set` takes)."""
     out: dict[str, str] = {}
@@ -337,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--serve-metrics {args.serve_metrics}: not a TCP port (0..65535)")
     workers = _workers(args)
     scenario = resolve_scenario(args.scenario)
-    params = {**parse_overrides(args.overrides), **request_overrides(args)}
+    params = {**options.parse_overrides(args.overrides), **request_overrides(args)}
     telemetry = TelemetryOptions(
         enabled=not args.no_telemetry,
         gpu=args.gpu,
@@ -368,9 +358,9 @@ def run(args: argparse.Namespace) -> int:
     summary = summarize_run(run_dir)
     outage = _outage(run_dir)
     if outage is not None:
-        from loadkit.analysis.causes.request_errors import outage_line
+        from loadkit.analysis import causes
 
-        print(outage_line([outage]))
+        print(causes.outage_line([outage]))
     print(summary.text())
     if summary.abort and summary.abort.get("by") == "condition":
         print(f"Aborted by --abort-on: {summary.abort.get('message')}", file=sys.stderr)
@@ -382,23 +372,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _outage(run_dir: Path) -> Finding | None:
-    """The run's `target_unreachable` finding, from its load counters (None: never unreachable)."""
-    from loadkit.analysis.causes.request_errors import CAUSE_UNREACHABLE, error_counts, finding_of
+    """The run's outage finding (the target unreachable), from its load counters (None: none)."""
+    from loadkit.analysis import causes
     from loadkit.rundir import load_run
 
     run = load_run(run_dir)
     start, end = run.start_ns, run.end_ns
     if start is None or end is None or end <= start:
         return None
-    counts = error_counts(run.load_intervals, int(start), int(end))
-    return finding_of(CAUSE_UNREACHABLE, counts) if counts is not None else None
+    counts = causes.error_counts(run.load_intervals, int(start), int(end))
+    return causes.outage(counts) if counts is not None else None
 
 
 def _unreachable_status(outage: Finding | None, max_pct: float) -> int:
     """Exit 3 (one ERROR line) when the target was unreachable for more than `max_pct` % of the run."""
-    from loadkit.analysis.causes.request_errors import unreachable_share
-
-    share = unreachable_share(outage)
+    share = outage.coincidence if outage is not None else 0.0  # an error finding's share of the run
     if 100.0 * share > max_pct:
         print(
             f"ERROR: the target was unreachable for {share:.0%} of the run "

@@ -194,10 +194,11 @@ def run(args: argparse.Namespace) -> int:
 def _server(url: str, models: list[str] | None) -> dict[str, Any]:
     """The server's metadata and model configs, or what could not be recorded and why."""
     from loadkit.errors import LoadkitError
-    from loadkit.kserve.metadata import describe_server, open_client
+    from loadkit.kserve.metadata import describe_server
+    from loadkit.load import protocols
 
     try:
-        with open_client(url, "http") as client:
+        with protocols.get("http").open_client(url) as client:
             return describe_server(client, models)
     except LoadkitError as exc:  # an incident recording goes on without it
         return {"not_recorded": [f"server metadata: {exc.message}"]}

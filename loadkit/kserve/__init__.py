@@ -12,7 +12,6 @@ from loadkit.kserve.metadata import (
     ServerUnreachable,
     TensorSpec,
     describe_server,
-    open_client,
 )
 
 __all__ = [
@@ -24,5 +23,4 @@ __all__ = [
     "TensorSpec",
     "describe_server",
     "numpy_dtype",
-    "open_client",
 ]

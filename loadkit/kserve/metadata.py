@@ -1,7 +1,9 @@
 """Read a KServe v2 server's metadata, its models' metadata and (Triton) configuration.
 
-`open_client(url, protocol)` gives a `ServerClient` over HTTP (plain urllib:
-no gevent, safe in the orchestrator) or gRPC (`tritonclient.grpc`). Failures
+A `ServerClient` reads over HTTP (`HttpServerClient`, plain urllib: no
+gevent, safe in the orchestrator) or gRPC (`GrpcServerClient`,
+`tritonclient.grpc`); each protocol's registry entry names its own
+(`loadkit.load.protocols`, `Protocol.open_client`). Failures
 keep the server's own words: `ServerUnreachable` (exit 3) when nothing
 answers, `ServerRejected` (exit 2) when the server answered "no".
 
@@ -297,13 +299,6 @@ class GrpcServerClient(ServerClient):
 
     def close(self) -> None:
         self._client.close()
-
-
-def open_client(url: str, protocol: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> ServerClient:
-    """A metadata client for `protocol` (http and json read over HTTP)."""
-    if protocol == "grpc":
-        return GrpcServerClient(url, timeout_s)
-    return HttpServerClient(url, timeout_s)
 
 
 def _ready_names(models: list[Any]) -> list[str]:

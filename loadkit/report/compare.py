@@ -207,8 +207,8 @@ def build_compare_context(runs: Sequence[RunPair]) -> dict[str, Any]:
 class CompareHtmlReporter:
     output_file_extension = "html"
 
-    def render(self, runs: Sequence[RunPair]) -> str:
-        ctx = build_compare_context(runs)
+    def render(self, runs: Sequence[RunPair], html_url: str | None = None) -> str:
+        ctx = build_compare_context(runs)  # the HTML comparison itself: no link
         images = {name: draw(spec) for name, spec in ctx["figures"].items()}
         return environment().get_template("compare.html.j2").render({**ctx, "images": images})
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loadkit import __version__, percentile_names
-from loadkit.analysis.causes.request_errors import ERROR_CAUSE_IDS
+from loadkit.analysis import causes
 from loadkit.analysis.model import (
     Analysis,
     Finding,
@@ -295,7 +295,7 @@ def _finding(finding: Finding, analysis: Analysis) -> dict[str, Any]:
             ("share of the run", fmt.fraction_pct(finding.coincidence)),
             ("baseline share of failed requests", fmt.fraction_pct(finding.baseline_rate)),
         ]
-        if finding.cause in ERROR_CAUSE_IDS
+        if causes.is_error(finding.cause)
         else [
             ("episodes explained", f"{len(finding.episodes)} of {finding.episodes_total}"),
             ("signature in episodes", fmt.fraction_pct(finding.coincidence)),

@@ -2,8 +2,8 @@
 
 Adding a format = one new reporter module in this package (a class with
 `output_file_extension` and `render_report(run, analysis, html_report) -> str`),
-plus its entry in `REGISTRY`. `loadkit report` reads this registry and nothing else
-(docs/architecture.md, "How to add a report format").
+plus its entry in `REGISTRY`. `loadkit report` and `loadkit compare` read this
+registry and nothing else (docs/architecture.md, "How to add a report format").
 
 Entries name their reporter as "module:attribute" and import it only when a report
 is written: this module stays light, so the CLI starts without matplotlib or Jinja2.
@@ -12,7 +12,7 @@ is written: this module stays light, so the CLI starts without matplotlib or Jin
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,6 +35,17 @@ class RunReporter(Protocol):
         ...
 
 
+class CompareReporter(Protocol):
+    """What a comparison reporter offers the `compare` command."""
+
+    output_file_extension: str
+
+    def render(self, runs: Sequence[tuple[Run, Analysis]], html_url: str | None = None) -> str:
+        """The comparison's text; `html_url` is the HTML comparison's address when it
+        exists (a short format links to it)."""
+        ...
+
+
 def _load(target: str) -> Any:
     module, _, attribute = target.partition(":")
     return getattr(importlib.import_module(module), attribute)
@@ -47,6 +58,8 @@ class ReportFormat:
     # "module:function" rendering a sweep directory (`sweep.json`) in this format, if any.
     sweep: str | None = None
     sweep_to_stdout: bool = False  # a sweep in this format is printed unless -o says where
+    # "module:Class" comparing runs (`loadkit compare`) in this format, a CompareReporter.
+    compare: str | None = None
 
     def load(self) -> RunReporter:
         reporter: RunReporter = _load(self.reporter)()
@@ -59,15 +72,22 @@ class ReportFormat:
     def sweep_renderer(self) -> Callable[[str | Path], str] | None:
         return None if self.sweep is None else _load(self.sweep)
 
+    def compare_reporter(self) -> CompareReporter | None:
+        return None if self.compare is None else _load(self.compare)()
+
 
 REGISTRY: tuple[ReportFormat, ...] = (
     ReportFormat(
-        "html", "loadkit.report.html:HtmlReporter", sweep="loadkit.report.sweep:render_html"
+        "html",
+        "loadkit.report.html:HtmlReporter",
+        sweep="loadkit.report.sweep:render_html",
+        compare="loadkit.report.compare:CompareHtmlReporter",
     ),
     ReportFormat(
         "md",
         "loadkit.report.markdown:MarkdownReporter",
         sweep="loadkit.report.sweep:render_markdown",
+        compare="loadkit.report.compare:CompareMarkdownReporter",
     ),
     ReportFormat(
         "json",
@@ -79,6 +99,8 @@ REGISTRY: tuple[ReportFormat, ...] = (
 
 BY_NAME: dict[str, ReportFormat] = {f.name: f for f in REGISTRY}
 FORMATS: tuple[str, ...] = tuple(f.name for f in REGISTRY)
+# The formats `loadkit compare` writes.
+COMPARE_FORMATS: tuple[str, ...] = tuple(f.name for f in REGISTRY if f.compare is not None)
 DEFAULT = "html"
 
 

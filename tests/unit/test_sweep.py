@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from loadkit.analysis.sweep import batch_rules, recommend
-from loadkit.commands.sweep import _restore, parse_vary, points_of
+from loadkit.decide.sweep import parse_vary, points_of, restore
 from loadkit.errors import TargetError, UsageError
 from loadkit.kserve.repository import apply_settings, read_settings
 
@@ -90,7 +90,7 @@ class _BrokenRepository:
 def test_a_failed_restore_says_exactly_what_state_the_server_is_in(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    result = _restore(_BrokenRepository(), CONFIG)
+    result = restore(_BrokenRepository(), CONFIG)
     assert result["ok"] is False
     assert "the model is UNAVAILABLE" in result["message"]
     assert "out of memory" in result["message"]

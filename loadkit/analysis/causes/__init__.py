@@ -1,12 +1,16 @@
 """The registry of causes: one module per cause, listed once here.
 
 Adding a cause = one new module in this package holding a `CAUSE = Cause(...)`
-(id, title, action, signature, summary, figure signal, kind, fault events),
-plus its entry in `REGISTRY`. Attribution, the report's figures and the
-diagnosis benchmark read this registry and nothing else (docs/analysis.md).
+(id, title, action, signature, summary, figure signal, kind, fault events; the
+per-request data it needs, the timeline spans it shades, an error cause's
+`find` and headline), plus its entry in `REGISTRY`. Attribution, the pipeline,
+the timelines, the reports, the commands and the diagnosis benchmark read this
+registry and the `Cause` fields, and no cause module (docs/architecture.md).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from loadkit.analysis.causes import (
     arrival_burst,
@@ -31,9 +35,13 @@ from loadkit.analysis.causes.base import (
     STANDING,
     UNEXPLAINED,
     Cause,
+    ErrorCounts,
+    Shading,
     Signals,
     Signature,
+    error_counts,
 )
+from loadkit.analysis.model import Finding
 
 # In the order causes are tested (and listed in `causes_checked`).
 REGISTRY: tuple[Cause, ...] = (
@@ -64,6 +72,32 @@ def get(cause_id: str) -> Cause:
     return BY_ID[cause_id]
 
 
+def is_error(cause_id: str) -> bool:
+    """Whether a finding's cause counts failed requests (kind ERRORS), not latency spikes."""
+    cause = BY_ID.get(cause_id)
+    return cause is not None and cause.kind == ERRORS
+
+
+def outage(counts: ErrorCounts) -> Finding | None:
+    """The finding a summary leads with (an error cause with a `headline`), from error counts."""
+    for cause in REGISTRY:
+        if cause.headline is not None and cause.find is not None:
+            found = cause.find(counts, None, None)
+            if found is not None:
+                return found
+    return None
+
+
+def outage_line(findings: Iterable[Finding]) -> str | None:
+    """The line a summary starts with when a cause with a headline was found (the target
+    stopped answering); None when none was."""
+    for f in findings:
+        cause = BY_ID.get(f.cause)
+        if cause is not None and cause.headline is not None:
+            return f"{cause.headline}: {f.summary}"
+    return None
+
+
 __all__ = [
     "BY_ID",
     "CAUSE_IDS",
@@ -74,7 +108,13 @@ __all__ = [
     "STANDING",
     "UNEXPLAINED",
     "Cause",
+    "ErrorCounts",
+    "Shading",
     "Signals",
     "Signature",
+    "error_counts",
     "get",
+    "is_error",
+    "outage",
+    "outage_line",
 ]

@@ -10,6 +10,10 @@ import numpy as np
 
 from loadkit.analysis import gpu_limits
 from loadkit.analysis.causes.base import (
+    CLOCK_DROP_RATIO,
+    POWER_AT_LIMIT,
+    REASON_SHARE,
+    Shading,
     Signals,
     Signature,
     SummaryFn,
@@ -30,13 +34,6 @@ from loadkit.analysis.model import (
 )
 from loadkit.analysis.telemetry import GpuSeries
 
-CLOCK_DROP_RATIO = 0.80  # busy SM clock under 80 % of max
-# A reason bit in at least this share of a window's busy samples names its clock drop (the
-# larger share where both are seen). A throttle of a second or two fills only part of a
-# window, 3 s long at a low rate: the clock's mean is down while the bit was on in 30-47 %
-# of the samples. The floor keeps a bit seen once from naming a drop it did not cause.
-REASON_SHARE = 0.1
-POWER_AT_LIMIT = 0.97
 # Full-clock windows needed to fit compute per batch at full clock (else the baseline).
 MIN_REFERENCE_WINDOWS = 10
 SIGNAL = ("telemetry.gpu_sm_clock_mhz", "SM clock (MHz)")
@@ -136,3 +133,18 @@ def clock_summary(what: str) -> SummaryFn:
         )
 
     return summary
+
+
+def clock_shading(cause: str, kind: str, what: str) -> Shading:
+    """The timeline spans of one clock cause: its windows by `throttle_classes`, labelled `what`."""
+
+    def windows(gpu: GpuSeries) -> np.ndarray:
+        return throttle_classes(gpu)[cause]
+
+    def label(gpu: GpuSeries, first: int, stop: int) -> str:
+        ratio = gpu.clock_ratio_busy[first:stop]
+        if np.isfinite(ratio).any():
+            return f"{what}: busy SM clock {100 * float(np.nanmin(ratio)):.0f} % of max at lowest"
+        return what
+
+    return Shading(kind, "gpu", windows, label)

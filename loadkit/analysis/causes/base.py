@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
+from loadkit.analysis.align import make_grid
 from loadkit.analysis.gaps import CompletionGaps
 from loadkit.analysis.model import Evidence, Finding
+from loadkit.analysis.noise import above_spread
 from loadkit.analysis.sources import SourceAccessors
-from loadkit.analysis.telemetry import RequestSampleSeries
+from loadkit.analysis.telemetry import RequestSampleSeries, align_load
 
 # Kinds of cause: an episode cause explains spike episodes; a standing condition is
 # there all run long and never counts as a spike cause; "either" can be both.
@@ -31,6 +34,36 @@ EITHER = "either"
 UNEXPLAINED = "unexplained"
 # Explains error episodes (failed requests), not latency spikes: found by its `find`.
 ERRORS = "errors"
+
+# --- thresholds that several causes share ---------------------------------------------
+# One table, so that a cause that rules out a neighbour's condition (a gap is no stop
+# where the CPU was taken from the server) and the timelines that shade a condition read
+# the number the cause itself is found by.
+
+# Busy SM clock under this share of its max is a clock drop: the three clock causes and
+# their timeline spans (`_gpu_clock.throttle_classes`).
+CLOCK_DROP_RATIO = 0.80
+# A reason bit in at least this share of a window's busy samples names its clock drop (the
+# larger share where both are seen). A throttle of a second or two fills only part of a
+# window, 3 s long at a low rate: the clock's mean is down while the bit was on in 30-47 %
+# of the samples. The floor keeps a bit seen once from naming a drop it did not cause.
+REASON_SHARE = 0.1
+# Without reason bits, a drop while the GPU draws this share of its power limit is power
+# capping (the thermal and power causes split the drop by it).
+POWER_AT_LIMIT = 0.97
+# The server's cgroup is throttled in this % of its CFS periods: its quota binds. Cgroup
+# throttling is found by it; CPU saturation and a process stall leave such windows to it.
+CGROUP_THROTTLED_PCT = 10.0
+# This share of the host's cores at >= 95 % saturates it: CPU saturation is found by it; a
+# process stall and an unexplained compute slowdown leave such windows to it.
+BUSY_CORES_SHARE = 0.75
+# The server waits for a CPU when its run delay (or preemptions per CPU-second) clears its
+# baseline's spread (loadkit/analysis/noise.py) and is at least this many times its median
+# (`server_starved`: CPU saturation's evidence, a process stall's "not a stop").
+# Seen while tuning (seeds 11-12): burners at nice -10 gave 7-27x, a SIGSTOP stall and the
+# catch-up after it at most 1.5x (a stopped server is not runnable, so it does not wait);
+# a neighbour at the server's own priority 1.5-2x (issue 26).
+WAIT_RISE_FLOOR = 1.5
 
 
 @dataclass(frozen=True)
@@ -53,6 +86,20 @@ class ErrorCounts:
     @property
     def n(self) -> int:
         return len(self.completed)
+
+
+def error_counts(load: pd.DataFrame, start_ns: int, end_ns: int) -> ErrorCounts | None:
+    """The load counters' completions and failures per second (None: no load counters)."""
+    second = 1_000_000_000
+    grid_start = start_ns - start_ns % second  # the recorder's intervals are whole seconds
+    grid = make_grid(grid_start, end_ns, 1.0)
+    series = align_load(load, grid)
+    if series is None:
+        return None
+    ok = np.nan_to_num(series.ok)
+    errors = np.nan_to_num(series.errors)
+    offset = (grid_start - start_ns) / second
+    return ErrorCounts(grid_start, 1.0, ok + errors, errors, series.error_kinds_per_window, offset)
 
 
 @dataclass
@@ -108,6 +155,26 @@ class Signature:
 
 
 @dataclass(frozen=True)
+class Shading:
+    """The spans a timeline shades where a cause's condition holds (loadkit/analysis/intervals.py).
+
+    Read from the cause's own rule, so that what a timeline shades is what its
+    findings mean.
+    """
+
+    kind: str  # the Interval's kind ("gpu_thermal", "cgroup_throttled")
+    source: str  # the telemetry source whose series it reads ("gpu", "host")
+    # Per window: the condition holds (None: the series does not record it).
+    windows: Callable[[Any], np.ndarray | None]
+    # A span's label from the series and its windows [first, stop).
+    label: Callable[[Any, int, int], str]
+
+
+# find(error counts, the model's max_queue_size, the scenario's timeout_s) -> its finding
+FindFn = Callable[[ErrorCounts, "int | None", "float | None"], "Finding | None"]
+
+
+@dataclass(frozen=True)
 class Cause:
     """One cause: everything attribution, the report's figures and the benchmark need."""
 
@@ -124,8 +191,15 @@ class Cause:
     fault_events: tuple[str, ...] = ()
     # For an unexplained slowdown: the latency component (breakdown name) it names.
     component: str | None = None
-    # For a cause of kind ERRORS: its finding from the run's error episodes (None: none).
-    find: Callable[[Signals], Finding | None] | None = None
+    # For a cause of kind ERRORS: its finding from the run's error counts (None: none).
+    find: FindFn | None = None
+    # What a summary leads with when it is found ("TARGET UNREACHABLE"): an outage.
+    headline: str | None = None
+    # The per-request data its evidence needs, where metrics alone (a production window)
+    # cannot show it either way (None: telemetry or counters suffice).
+    per_request: str | None = None
+    # What timelines shade where it holds (None: nothing).
+    shading: Shading | None = None
 
 
 # --- helpers ------------------------------------------------------------------------
@@ -212,8 +286,24 @@ def ev(evidence: list[Evidence], name: str) -> float | None:
 # --- what several causes need -------------------------------------------------------
 
 
-def expected_batch_compute(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
-    """Batch compute time predicted from batch size by a Theil-Sen fit on baseline windows."""
+@dataclass(frozen=True)
+class BatchComputeFit:
+    """Compute per batch against batch size, fitted (Theil-Sen) on baseline windows."""
+
+    intercept_ms: float
+    slope_ms: float  # per request in the batch; 0 where the baseline saw one batch size
+    batch_size: np.ndarray  # per window; the baseline's median where unknown
+
+    def at(self, batch_size: float | np.ndarray) -> float | np.ndarray:
+        return self.intercept_ms + self.slope_ms * batch_size
+
+
+def batch_compute_fit(sig: Signals, baseline: np.ndarray) -> BatchComputeFit | None:
+    """The one fit of compute per batch (None: no Triton statistics, under 3 baseline windows).
+
+    Batch size is the request-weighted one, else the mean per batch (runs and
+    imports that record only that).
+    """
     tr = sig.triton
     if tr is None:
         return None
@@ -223,12 +313,20 @@ def expected_batch_compute(sig: Signals, baseline: np.ndarray) -> np.ndarray | N
     ok = baseline & ~np.isnan(x) & ~np.isnan(y)
     if ok.sum() < 3:
         return None
+    sizes = np.where(np.isnan(x), np.nanmedian(x[ok]), x)
     if np.ptp(x[ok]) < 0.2:  # one batch size only: no slope to fit
-        return np.full(sig.n, float(np.median(y[ok])))
+        return BatchComputeFit(float(np.median(y[ok])), 0.0, sizes)
     slope, _, _, _ = stats.theilslopes(y[ok], x[ok])
     slope = max(0.0, float(slope))
-    intercept = float(np.median(y[ok] - slope * x[ok]))
-    return intercept + slope * np.where(np.isnan(x), np.nanmedian(x[ok]), x)
+    return BatchComputeFit(float(np.median(y[ok] - slope * x[ok])), slope, sizes)
+
+
+def expected_batch_compute(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
+    """Batch compute time predicted per window from its batch size (`batch_compute_fit`)."""
+    fit = batch_compute_fit(sig, baseline)
+    if fit is None:
+        return None
+    return np.asarray(fit.at(fit.batch_size), dtype=float)
 
 
 def compute_inflation(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
@@ -258,27 +356,69 @@ def material(excess_ms: np.ndarray, latency_ms: np.ndarray, baseline: np.ndarray
 
 def service_capacity_rps(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
     """Requests/s one instance can serve at max batch, slowed by each window's compute inflation."""
-    tr = sig.triton
-    if tr is None or not sig.max_batch_size:
+    if not sig.max_batch_size:
         return None
-    x = tr.batch_size_req_weighted
-    y = tr.batch_compute_ms
-    ok = baseline & ~np.isnan(x) & ~np.isnan(y)
-    if ok.sum() < 3:
+    fit = batch_compute_fit(sig, baseline)
+    if fit is None:
         return None
     b = float(sig.max_batch_size)
-    if np.ptp(x[ok]) >= 0.2:
-        slope, _, _, _ = stats.theilslopes(y[ok], x[ok])
-        slope = max(0.0, float(slope))
-        intercept = float(np.median(y[ok] - slope * x[ok]))
-        at_max = intercept + slope * b
-    else:
-        at_max = float(np.median(y[ok]))  # unknown slope: optimistic, compute does not grow
+    at_max = float(fit.at(b))  # one batch size seen: optimistic, compute does not grow
     infl = compute_inflation(sig, baseline)
     factor = (
         np.ones(sig.n) if infl is None else np.where(np.isnan(infl), 1.0, np.maximum(infl, 1.0))
     )
     return b / (at_max * factor) * 1000.0
+
+
+def busy_cores(sig: Signals) -> np.ndarray | None:
+    """Share of cores at >= 95 % per window (from the mean CPU where there is no per-core data)."""
+    host = sig.host
+    if host is None:
+        return None
+    if host.has_per_core:
+        return host.busy_core_frac
+    if np.all(np.isnan(host.cpu_mean_pct)):
+        return None
+    return flag(host.cpu_mean_pct >= 95.0, host.cpu_mean_pct)
+
+
+def server_starved(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
+    """Per window: cores saturated and the server kept waiting for a CPU.
+
+    Best evidence: its threads' run delay (the kernel's time runnable but not
+    running) beyond its baseline's spread. A server stopped (SIGSTOP, a freeze)
+    is not runnable and does not wait; one starved by other runnable work
+    waits most of the time. Where the run delay is not recorded (older runs,
+    kernels without schedstat): preempted beyond its baseline's spread per
+    CPU-second it got. None where the host data have neither.
+    """
+    host = sig.host
+    busy = busy_cores(sig)
+    if busy is None or host is None:
+        return None
+    for rate in (host.server_run_delay_ms_per_s, host.server_preemptions_per_cpu_s):
+        if rate is None or np.all(np.isnan(rate)):
+            continue
+        waited = above_spread(rate, baseline, WAIT_RISE_FLOOR)
+        if waited is None:
+            continue
+        cond = (np.nan_to_num(busy, nan=0.0) >= BUSY_CORES_SHARE) & (
+            np.nan_to_num(waited, nan=0.0) > 0
+        )
+        return flag(cond, busy)
+    return None
+
+
+def error_spans(e: list[Evidence]) -> str:
+    """When a cause of kind ERRORS failed requests, from its evidence ("from 12 to 16 s")."""
+    episodes = int(ev(e, "episodes") or 0)
+    if episodes == 1:
+        return f"from {fmt(ev(e, 'start_s'))} to {fmt(ev(e, 'end_s'))} s"
+    starts = [x.value for x in e if x.name == "episode_start_s"]
+    ends = [x.value for x in e if x.name == "episode_end_s"]
+    parts = [f"{fmt(a)}-{fmt(b)} s" for a, b in zip(starts, ends, strict=True)]
+    spans = ", ".join(parts[:4]) + (f" and {len(parts) - 4} more" if len(parts) > 4 else "")
+    return f"{episodes} times ({spans}; {fmt(ev(e, 'duration_s'))} s in all)"
 
 
 def outside_server_ms(sig: Signals) -> np.ndarray | None:

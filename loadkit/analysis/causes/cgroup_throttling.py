@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from loadkit.analysis.causes.base import (
+    CGROUP_THROTTLED_PCT,
     Cause,
+    Shading,
     Signals,
     Signature,
     assessed,
@@ -18,8 +20,7 @@ from loadkit.analysis.causes.base import (
     need,
 )
 from loadkit.analysis.model import CAUSE_CGROUP_THROTTLING, Evidence
-
-CGROUP_THROTTLED_PCT = 10.0
+from loadkit.analysis.telemetry import HostSeries
 
 
 @assessed(CAUSE_CGROUP_THROTTLING)
@@ -58,6 +59,18 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
     )
 
 
+def throttled_windows(host: HostSeries) -> np.ndarray | None:
+    """Windows with >= CGROUP_THROTTLED_PCT of the cgroup's CFS periods throttled."""
+    if not host.has_cgroup:
+        return None
+    return np.nan_to_num(host.cgroup_throttled_pct, nan=0.0) >= CGROUP_THROTTLED_PCT
+
+
+def throttled_label(host: HostSeries, first: int, stop: int) -> str:
+    worst = float(np.nan_to_num(host.cgroup_throttled_pct, nan=0.0)[first:stop].max())
+    return f"cgroup CPU throttling: up to {worst:.0f} % of periods throttled"
+
+
 CAUSE = Cause(
     id=CAUSE_CGROUP_THROTTLING,
     title="Container CPU quota throttling",
@@ -67,4 +80,5 @@ CAUSE = Cause(
     summary=summary,
     signal=("telemetry.cgroup_throttled_pct", "cgroup periods throttled (%)"),
     fault_events=("cgroup-quota",),
+    shading=Shading("cgroup_throttled", "host", throttled_windows, throttled_label),
 )

@@ -143,4 +143,5 @@ CAUSE = Cause(
     signal=("telemetry.new_connections_per_s", "new connections/s"),
     kind=EITHER,
     fault_events=("churn",),
+    per_request="per-request connection reuse",
 )

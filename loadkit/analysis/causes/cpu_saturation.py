@@ -23,10 +23,13 @@ from __future__ import annotations
 import numpy as np
 
 from loadkit.analysis.causes.base import (
+    BUSY_CORES_SHARE,
+    CGROUP_THROTTLED_PCT,
     Cause,
     Signals,
     Signature,
     assessed,
+    busy_cores,
     check,
     ev,
     flag,
@@ -36,63 +39,16 @@ from loadkit.analysis.causes.base import (
     median,
     need,
     outside_server_ms,
+    server_starved,
 )
-from loadkit.analysis.causes.cgroup_throttling import CGROUP_THROTTLED_PCT
 from loadkit.analysis.model import CAUSE_CPU_SATURATION, Evidence
-from loadkit.analysis.noise import above_spread
 
-BUSY_CORES_SHARE = 0.75  # share of cores at >= 95 %
 ARRIVALS_RISE = 1.25  # arrivals this far above baseline: a burst, not a neighbour
 BACKLOG_WINDOWS = 3
 BACKLOG_IN_FLIGHT = 2.0  # in flight over twice the usual: a burst's backlog still drains
 # Busy cores in at most this share of the baseline windows are unusual for the run: then
 # they are the evidence themselves, without the run delay.
 BUSY_USUAL_SHARE = 0.1
-# The server waits for a CPU when its run delay (or preemptions per CPU-second) clears its
-# baseline's spread (loadkit/analysis/noise.py) and is at least this many times its median.
-# Seen while tuning (seeds 11-12): burners at nice -10 gave 7-27x, a SIGSTOP stall and the
-# catch-up after it at most 1.5x (a stopped server is not runnable, so it does not wait);
-# a neighbour at the server's own priority 1.5-2x (issue 26).
-WAIT_RISE_FLOOR = 1.5
-
-
-def busy_cores(sig: Signals) -> np.ndarray | None:
-    """Share of cores at >= 95 % per window (from the mean CPU where there is no per-core data)."""
-    host = sig.host
-    if host is None:
-        return None
-    if host.has_per_core:
-        return host.busy_core_frac
-    if np.all(np.isnan(host.cpu_mean_pct)):
-        return None
-    return flag(host.cpu_mean_pct >= 95.0, host.cpu_mean_pct)
-
-
-def server_starved(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
-    """Per window: cores saturated and the server kept waiting for a CPU.
-
-    Best evidence: its threads' run delay (the kernel's time runnable but not
-    running) beyond its baseline's spread. A server stopped (SIGSTOP, a freeze)
-    is not runnable and does not wait; one starved by other runnable work
-    waits most of the time. Where the run delay is not recorded (older runs,
-    kernels without schedstat): preempted beyond its baseline's spread per
-    CPU-second it got. None where the host data have neither.
-    """
-    host = sig.host
-    busy = busy_cores(sig)
-    if busy is None or host is None:
-        return None
-    for rate in (host.server_run_delay_ms_per_s, host.server_preemptions_per_cpu_s):
-        if rate is None or np.all(np.isnan(rate)):
-            continue
-        waited = above_spread(rate, baseline, WAIT_RISE_FLOOR)
-        if waited is None:
-            continue
-        cond = (np.nan_to_num(busy, nan=0.0) >= BUSY_CORES_SHARE) & (
-            np.nan_to_num(waited, nan=0.0) > 0
-        )
-        return flag(cond, busy)
-    return None
 
 
 def _after_bursts(rise: np.ndarray, in_flight: np.ndarray, usual: float | None) -> np.ndarray:

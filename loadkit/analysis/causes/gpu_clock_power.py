@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadkit.analysis.causes._gpu_clock import SIGNAL, clock_signature, clock_summary
+from loadkit.analysis.causes._gpu_clock import (
+    SIGNAL,
+    clock_shading,
+    clock_signature,
+    clock_summary,
+)
 from loadkit.analysis.causes.base import Cause, Signals, Signature
 from loadkit.analysis.model import CAUSE_GPU_POWER
 
@@ -21,4 +26,5 @@ CAUSE = Cause(
     signature=signature,
     summary=clock_summary("power-cap throttling"),
     signal=SIGNAL,
+    shading=clock_shading(CAUSE_GPU_POWER, "gpu_power", "GPU power capping"),
 )

@@ -14,6 +14,8 @@ import numpy as np
 
 from loadkit.analysis.align import NS
 from loadkit.analysis.causes.base import (
+    BUSY_CORES_SHARE,
+    CGROUP_THROTTLED_PCT,
     Cause,
     Signals,
     Signature,
@@ -23,9 +25,8 @@ from loadkit.analysis.causes.base import (
     mean,
     median,
     na,
+    server_starved,
 )
-from loadkit.analysis.causes.cgroup_throttling import CGROUP_THROTTLED_PCT
-from loadkit.analysis.causes.cpu_saturation import BUSY_CORES_SHARE, server_starved
 from loadkit.analysis.gaps import min_gap_s
 from loadkit.analysis.model import CAUSE_PROCESS_STALL, Evidence
 
@@ -189,4 +190,5 @@ CAUSE = Cause(
     summary=summary,
     signal=("windows.throughput_rps", "completions/s"),
     fault_events=("stall",),
+    per_request="completion gaps (spans with requests in flight and none completing)",
 )

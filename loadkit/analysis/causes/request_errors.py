@@ -29,30 +29,25 @@ comes before every latency finding (attribution puts it first).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from loadkit.analysis.align import make_grid
 from loadkit.analysis.causes.base import (
     ERRORS,
     Cause,
     ErrorCounts,
+    FindFn,
     Signals,
     Signature,
     SignatureFn,
     SummaryFn,
+    error_spans,
     fmt,
     na,
 )
-from loadkit.analysis.model import CauseCheck, Evidence, Finding
-from loadkit.analysis.telemetry import align_load
-
-if TYPE_CHECKING:
-    from loadkit.rundir import Run
+from loadkit.analysis.model import Evidence, Finding
 
 CAUSE_UNREACHABLE = "target_unreachable"
 CAUSE_REJECTING = "server_rejecting"
@@ -100,20 +95,6 @@ class ErrorEpisode:
     completed: int  # every completion in the episode's windows
     kinds: dict[str, int]
     back: int | None  # first window after it with successful answers (None: never came back)
-
-
-def error_counts(load: pd.DataFrame, start_ns: int, end_ns: int) -> ErrorCounts | None:
-    """The load counters' completions and failures per second (None: no load counters)."""
-    second = 1_000_000_000
-    grid_start = start_ns - start_ns % second  # the recorder's intervals are whole seconds
-    grid = make_grid(grid_start, end_ns, 1.0)
-    series = align_load(load, grid)
-    if series is None:
-        return None
-    ok = np.nan_to_num(series.ok)
-    errors = np.nan_to_num(series.errors)
-    offset = (grid_start - start_ns) / second
-    return ErrorCounts(grid_start, 1.0, ok + errors, errors, series.error_kinds_per_window, offset)
 
 
 def class_errors(error_kinds: Mapping[str, np.ndarray], cause: str, n: int) -> np.ndarray:
@@ -236,13 +217,6 @@ def _get(e: list[Evidence], name: str) -> float | None:
     return next((x.value for x in e if x.name == name), None)
 
 
-def _spans(e: list[Evidence]) -> str:
-    starts = [x.value for x in e if x.name == "episode_start_s"]
-    ends = [x.value for x in e if x.name == "episode_end_s"]
-    parts = [f"{fmt(a)}-{fmt(b)} s" for a, b in zip(starts, ends, strict=True)]
-    return ", ".join(parts[:4]) + (f" and {len(parts) - 4} more" if len(parts) > 4 else "")
-
-
 def _counts(e: list[Evidence], when: str = "") -> str:
     kinds = [(x.name.removeprefix("kind:"), x.value) for x in e if x.name.startswith("kind:")]
     failed, completed = _get(e, "errors"), _get(e, "completed")
@@ -250,13 +224,6 @@ def _counts(e: list[Evidence], when: str = "") -> str:
     if kinds:
         text += " (" + ", ".join(f"{k} {fmt(v)}" for k, v in kinds) + ")"
     return text
-
-
-def _when(e: list[Evidence]) -> str:
-    episodes = int(_get(e, "episodes") or 0)
-    if episodes == 1:
-        return f"from {fmt(_get(e, 'start_s'))} to {fmt(_get(e, 'end_s'))} s"
-    return f"{episodes} times ({_spans(e)}; {fmt(_get(e, 'duration_s'))} s in all)"
 
 
 def _back(e: list[Evidence]) -> str:
@@ -271,7 +238,9 @@ def unreachable_summary(e: list[Evidence], eps: str, run_share: float | None) ->
             f"The target stopped answering at {fmt(_get(e, 'start_s'))} s and did not come back "
             f"before the run ended at {fmt(_get(e, 'run_end_s'))} s: {_counts(e, ' from then')}."
         )
-    return f"The target stopped answering {_when(e)}; {_back(e)}: {_counts(e, ' in between')}."
+    return (
+        f"The target stopped answering {error_spans(e)}; {_back(e)}: {_counts(e, ' in between')}."
+    )
 
 
 def rejecting_summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
@@ -281,23 +250,21 @@ def rejecting_summary(e: list[Evidence], eps: str, run_share: float | None) -> s
         if limit is not None
         else " (no queue limit in the recorded model config)"
     )
-    return f"The server rejected requests {_when(e)}{queue}: {_counts(e)}."
+    return f"The server rejected requests {error_spans(e)}{queue}: {_counts(e)}."
 
 
 def timeouts_summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
     limit = _get(e, "timeout_s")
     after = f" after {fmt(limit, ' s', 1)}" if limit is not None else ""
-    return f"Requests timed out{after} without an answer {_when(e)}: {_counts(e)}."
+    return f"Requests timed out{after} without an answer {error_spans(e)}: {_counts(e)}."
 
 
 def server_errors_summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
-    return f"The server answered with errors {_when(e)}: {_counts(e)}."
+    return f"The server answered with errors {error_spans(e)}: {_counts(e)}."
 
 
 def client_errors_summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
-    return (
-        f"Requests failed on the client's side or were refused as invalid {_when(e)}: {_counts(e)}."
-    )
+    return f"Requests failed on the client's side or were refused as invalid {error_spans(e)}: {_counts(e)}."
 
 
 def _signature_for(cause: str) -> SignatureFn:
@@ -349,74 +316,18 @@ def finding_of(
     )
 
 
-def _finder(cause: str) -> Callable[[Signals], Finding | None]:
-    def find(sig: Signals) -> Finding | None:
-        if sig.error_counts is None:
-            return None
-        return finding_of(cause, sig.error_counts, sig.max_queue_size, sig.timeout_s)
+def _finder(cause: str) -> FindFn:
+    def find(
+        counts: ErrorCounts, max_queue_size: int | None, timeout_s: float | None
+    ) -> Finding | None:
+        return finding_of(cause, counts, max_queue_size, timeout_s)
 
     return find
 
 
-def outage_line(findings: Iterable[Finding]) -> str | None:
-    """The line a summary starts with when the target stopped answering (None: it never did)."""
-    for f in findings:
-        if f.cause == CAUSE_UNREACHABLE:
-            return f"TARGET UNREACHABLE: {f.summary}"
-    return None
-
-
-def unreachable_share(finding: Finding | None) -> float:
-    """The share of the run's seconds the target was unreachable (0 without an outage)."""
-    if finding is None:
-        return 0.0
-    return float(next((e.value for e in finding.evidence if e.name == "run_share"), 0.0) or 0.0)
-
-
-def error_findings(sig: Signals, causes: Sequence[Cause]) -> tuple[list[Finding], list[CauseCheck]]:
-    """The findings of every error cause in `causes`, unreachable first; and their checks."""
-    findings: list[Finding] = []
-    checks: list[CauseCheck] = []
-    for cause in causes:
-        if cause.kind != ERRORS or cause.find is None:
-            continue
-        if sig.error_counts is None:
-            checks.append(CauseCheck(cause.id, "not_assessable", "no load counters (load/)"))
-            continue
-        finding = cause.find(sig)
-        if finding is None:
-            checks.append(CauseCheck(cause.id, "not_found", "no error episodes of this kind"))
-            continue
-        findings.append(finding)
-        checks.append(CauseCheck(cause.id, "found", _when(list(finding.evidence))))
-    return findings, checks
-
-
-def run_context(run: Run) -> tuple[int | None, float | None]:
-    """(max_queue_size of the target model's config, the scenario's timeout_s), where recorded."""
-    info = run.info
-    models = info.environment.server.models
-    name = info.target.model if info.target is not None else None
-    config = models.get(name) if name is not None else None
-    if config is None and len(models) == 1:
-        config = next(iter(models.values()))
-    queue: int | None = None
-    batching = (config or {}).get("dynamic_batching")
-    policy = batching.get("default_queue_policy") if isinstance(batching, dict) else None
-    if isinstance(policy, dict):
-        try:
-            queue = int(policy.get("max_queue_size", 0)) or None  # proto3 default 0: no limit
-        except (TypeError, ValueError):
-            queue = None
-    params = info.scenario.params if info.scenario is not None else {}
-    try:
-        timeout = float(params["timeout_s"]) if "timeout_s" in params else None
-    except (TypeError, ValueError):
-        timeout = None
-    return queue, timeout
-
-
-def _cause(cause: str, title: str, action: str, summary: SummaryFn) -> Cause:
+def _cause(
+    cause: str, title: str, action: str, summary: SummaryFn, headline: str | None = None
+) -> Cause:
     return Cause(
         id=cause,
         title=title,
@@ -425,6 +336,7 @@ def _cause(cause: str, title: str, action: str, summary: SummaryFn) -> Cause:
         summary=summary,
         kind=ERRORS,
         find=_finder(cause),
+        headline=headline,
     )
 
 
@@ -436,6 +348,7 @@ CAUSES: tuple[Cause, ...] = (
         "killer (dmesg), the orchestrator's restarts and health checks. Latency measured in "
         "these windows describes only the requests that still got an answer.",
         unreachable_summary,
+        headline="TARGET UNREACHABLE",
     ),
     _cause(
         CAUSE_REJECTING,
@@ -468,4 +381,3 @@ CAUSES: tuple[Cause, ...] = (
 )
 
 BY_CAUSE: dict[str, Cause] = {c.id: c for c in CAUSES}
-ERROR_CAUSE_IDS: frozenset[str] = frozenset(BY_CAUSE)

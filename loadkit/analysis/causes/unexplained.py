@@ -13,12 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from loadkit.analysis.causes.base import (
+    BUSY_CORES_SHARE,
     UNEXPLAINED,
     Cause,
     Signals,
     Signature,
     SignatureFn,
     SummaryFn,
+    busy_cores,
     components,
     compute_inflation,
     ev,
@@ -29,7 +31,6 @@ from loadkit.analysis.causes.base import (
     median,
     na,
 )
-from loadkit.analysis.causes.cpu_saturation import BUSY_CORES_SHARE, busy_cores
 from loadkit.analysis.model import Evidence
 from loadkit.analysis.noise import EFFECT_MOVED, moved
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from loadkit.errors import UsageError
 from loadkit.load.protocols import json_http, triton_grpc, triton_http
-from loadkit.load.protocols.base import DEFAULT_JSON_PATH, Protocol, TransportOptions
-from loadkit.load.transports import JsonBody, Transport
+from loadkit.load.protocols.base import Protocol, TransportOptions
 
 REGISTRY: tuple[Protocol, ...] = (
     triton_http.PROTOCOL,
@@ -41,22 +40,6 @@ def get(name: str) -> Protocol:
         ) from None
 
 
-def make_transport(
-    protocol: str,
-    url: str,
-    model: str,
-    *,
-    timeout_s: float,
-    churn: bool,
-    json_path: str = DEFAULT_JSON_PATH,
-    json_body: JsonBody | None = None,
-) -> Transport:
-    """The transport of `protocol` for one user."""
-    return get(protocol).make_transport(
-        url, model, timeout_s=timeout_s, churn=churn, json_path=json_path, json_body=json_body
-    )
-
-
 __all__ = [
     "BY_NAME",
     "NAMES",
@@ -65,5 +48,4 @@ __all__ = [
     "TransportOptions",
     "choices",
     "get",
-    "make_transport",
 ]

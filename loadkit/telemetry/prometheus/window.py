@@ -163,6 +163,24 @@ def rate_window_for(step_s: float, scrape_s: float | None) -> str:
     return f"{max(step_s + scrape, 4 * scrape, 2.0):.0f}s"
 
 
+@dataclass(frozen=True)
+class _Pull:
+    """What every step of a pull asks Prometheus with."""
+
+    client: PrometheusClient
+    selectors: Selectors
+    window: tuple[int, int, float]  # start_ns, end_ns, step_s
+    rate: str  # the rate window of counters
+    step_ns: int
+
+    def fetch(
+        self, family: ExporterFamily
+    ) -> tuple[list[tuple[MetricMap, Sequence[PromSeries]]], list[str], list[str]]:
+        return _fetch(
+            self.client, family, self.selectors.for_family(family.name), self.window, self.rate
+        )
+
+
 def pull_window(
     client: PrometheusClient,
     *,
@@ -173,15 +191,25 @@ def pull_window(
     model: str | None = None,
     latency_histogram: str | None = None,
 ) -> PulledWindow:
+    """The window's rows, in four steps: traffic (required), latency (the first source with
+    data), then GPU and host (optional, each said when absent)."""
     out = PulledWindow()
-    step_ns = int(round(step_s * NS))
-    window = (start_ns, end_ns, step_s)
     out.scrape_interval_s = detect_scrape_interval(client, selectors.for_family("triton"), end_ns)
-    rate = rate_window_for(step_s, out.scrape_interval_s)
-    out.rate_window = rate
+    out.rate_window = rate_window_for(step_s, out.scrape_interval_s)
+    pull = _Pull(
+        client, selectors, (start_ns, end_ns, step_s), out.rate_window, int(round(step_s * NS))
+    )
+    chosen = _pull_traffic(pull, out, model)
+    _pull_latency(pull, out, chosen, latency_histogram)
+    _pull_gpu(pull, out)
+    _pull_host(pull, out)
+    return out
 
-    # Traffic: required. Without Triton's counters there is nothing to analyze.
-    fetched, found, empty = _fetch(client, TRITON, selectors.for_family(TRITON.name), window, rate)
+
+def _pull_traffic(pull: _Pull, out: PulledWindow, model: str | None) -> tuple[str | None, ...]:
+    """Triton's counters of the chosen model's server (`--model`, else the busiest model);
+    the chosen model's key. Without them there is nothing to analyze."""
+    fetched, found, empty = pull.fetch(TRITON)
     triton_rows = rows_from_series(TRITON, fetched)
     if not triton_rows:
         raise UsageError(
@@ -223,10 +251,16 @@ def pull_window(
     chosen_rows = triton_rows[chosen]
     counters = [m.field for m in TRITON.metrics if m.kind == "counter"]
     resets = _count_resets(chosen_rows, counters)
-    gaps = _count_gaps(chosen_rows, step_ns)
-    out.sources.append(_source(TRITON, found, resets, gaps, rate))
+    gaps = _count_gaps(chosen_rows, pull.step_ns)
+    out.sources.append(_source(TRITON, found, resets, gaps, pull.rate))
+    return chosen
 
-    # Latency: the first source with data.
+
+def _pull_latency(
+    pull: _Pull, out: PulledWindow, chosen: tuple[str | None, ...], latency_histogram: str | None
+) -> None:
+    """The chosen model's latency from the first source with data, and what it is."""
+    rate, step_ns = pull.rate, pull.step_ns
     candidates: list[tuple[str, ExporterFamily]] = [(LATENCY_SUMMARY, TRITON_SUMMARY)]
     native: ExporterFamily | None = None
     if latency_histogram:
@@ -236,8 +270,8 @@ def pull_window(
     candidates.append((LATENCY_MEAN, TRITON_MEAN))
     tried: list[str] = []
     for source, family in candidates:
-        fam_sel = selectors.for_family(family.name)
-        fetched, found, empty = _fetch(client, family, fam_sel, window, rate)
+        fam_sel = pull.selectors.for_family(family.name)
+        fetched, found, empty = pull.fetch(family)
         by_key = rows_from_series(family, fetched)
         key = chosen if family.key_labels else ()  # the analyzed model's, never another's
         lat_rows = [
@@ -282,7 +316,7 @@ def pull_window(
             "the mean per step (duration/count counters) is exact at the step"
         )
         mean_fetched, mean_found, _ = _fetch(
-            client, TRITON_MEAN, selectors.for_family(TRITON.name), window, rate
+            pull.client, TRITON_MEAN, pull.selectors.for_family(TRITON.name), pull.window, rate
         )
         means = rows_from_series(TRITON_MEAN, mean_fetched).get(chosen, [])
         by_t = {r["t_ns"]: r.get("mean_ms") for r in means}
@@ -290,12 +324,12 @@ def pull_window(
             row["mean_ms"] = by_t.get(row["t_ns"])
         out.sources[-1]["queries"] = out.sources[-1]["queries"] + mean_found
 
-    # GPU, host, container: optional, each said when absent.
+
+def _pull_gpu(pull: _Pull, out: PulledWindow) -> None:
+    """GPU rows from DCGM, else Triton's nv_gpu_* (optional: said when absent)."""
     gpu_rows: list[Row] = []
     for family in (DCGM, TRITON_GPU):
-        fetched, found, empty = _fetch(
-            client, family, selectors.for_family(family.name), window, rate
-        )
+        fetched, found, empty = pull.fetch(family)
         by_key = rows_from_series(family, fetched)
         if not by_key:
             out.notes.append(
@@ -308,7 +342,7 @@ def pull_window(
                 row.update(gpu=int(gpu) if str(gpu).isdigit() else index, host=key[0],
                            imported_from=f"prometheus:{family.name}")  # fmt: skip
                 gpu_rows.append(row)
-        out.sources.append(_source(family, found, 0, 0, rate))
+        out.sources.append(_source(family, found, 0, 0, pull.rate))
         if len(by_key) > 1:
             out.notes.append(
                 f"{len(by_key)} GPUs matched ({family.name}): all kept; the analysis reads the "
@@ -317,9 +351,13 @@ def pull_window(
         break  # DCGM first: Triton's nv_gpu_* has no clocks or reasons
     if gpu_rows:
         out.rows[SERIES_GPU] = sorted(gpu_rows, key=lambda r: (r["t_ns"], r["gpu"]))
+
+
+def _pull_host(pull: _Pull, out: PulledWindow) -> None:
+    """Host rows merged from node-exporter, cAdvisor and the serving process (each optional)."""
     host: dict[int, Row] = {}
     for family in (NODE, CADVISOR, PROCESS):
-        if family is PROCESS and not selectors.for_family(family.name):
+        if family is PROCESS and not pull.selectors.for_family(family.name):
             # Every exporter has process_* metrics of its own: without a selector the
             # serving process's cannot be told from Prometheus's or node-exporter's.
             out.notes.append(
@@ -327,9 +365,7 @@ def pull_window(
                 "or --selector process='{...}' to read its process_* metrics"
             )
             continue
-        fetched, found, empty = _fetch(
-            client, family, selectors.for_family(family.name), window, rate
-        )
+        fetched, found, empty = pull.fetch(family)
         by_key = rows_from_series(family, fetched)
         if not by_key:
             out.notes.append(f"no {family.name} metrics in Prometheus ({family.metrics[0].metric})")
@@ -351,10 +387,11 @@ def pull_window(
             for name, value in row.items():
                 if name != "t_ns" and merged.get(name) is None:
                     merged[name] = value
-        out.sources.append(_source(family, found, resets, _count_gaps(by_key[kept], step_ns), rate))
+        out.sources.append(
+            _source(family, found, resets, _count_gaps(by_key[kept], pull.step_ns), pull.rate)
+        )
     if host:
         out.rows[SERIES_HOST] = [host[t] for t in sorted(host)]
-    return out
 
 
 def _source(

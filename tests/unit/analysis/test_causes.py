@@ -670,3 +670,23 @@ def test_a_compute_slowdown_too_small_for_the_tail_is_no_residual():
     # ... of a 0.3 ms compute (+0.12 ms, clean doc_ranker seed 23 of the wide benchmark
     # read "moderate") it is host noise, not a P99 spike's milliseconds
     assert holds(0.3) == []
+
+
+def test_service_capacity_fits_the_batch_size_per_batch_where_requests_are_not_weighted():
+    from loadkit.analysis.causes.base import expected_batch_compute, service_capacity_rps
+
+    # GIVEN Triton statistics with only the mean batch size (an import, an older run):
+    # compute per batch 1 ms + 0.25 ms per request, at batch sizes 4 to 8
+    n = 12
+    sig = _signals(n)
+    sig.triton = _triton(n)
+    sig.triton.batch_size_req_weighted = np.full(n, np.nan)
+    sig.triton.batch_size_mean = np.array([4.0, 5.0, 6.0, 7.0, 8.0, 4.0] * 2)
+    sig.triton.batch_compute_ms = 1.0 + 0.25 * sig.triton.batch_size_mean
+    base = np.ones(n, dtype=bool)
+    # THEN the capacity comes from the same fit as the expected compute, not None
+    assert expected_batch_compute(sig, base) == pytest.approx(sig.triton.batch_compute_ms)
+    capacity = service_capacity_rps(sig, base)
+    assert capacity is not None
+    # max batch 32 in 1 + 0.25 * 32 = 9 ms, compute as fast as in the baseline
+    assert capacity == pytest.approx(np.full(n, 32 / 9.0 * 1000.0))

@@ -7,6 +7,7 @@ import io
 import numpy as np
 import pytest
 
+from loadkit.analysis import causes
 from loadkit.analysis.causes import request_errors as re_
 from loadkit.analysis.causes.base import ErrorCounts
 from loadkit.commands.analyze import print_summary
@@ -79,7 +80,7 @@ def test_queue_full_rejections_name_the_queue_limit_from_the_model_config(analyz
     assert (_ev(top, "start_s"), _ev(top, "end_s")) == (20.0, 25.0)
     assert "max_queue_size, is 32" in top.summary
     assert _finding(a, re_.CAUSE_UNREACHABLE) is None
-    assert re_.outage_line(a.findings) is None
+    assert causes.outage_line(a.findings) is None
 
 
 def test_timeouts_say_the_timeout(analyze_spec):
@@ -104,7 +105,7 @@ def test_client_errors_are_their_own_finding(analyze_spec):
 def test_a_steady_trickle_of_errors_is_a_baseline_not_an_episode(analyze_spec):
     # 1 % of requests fail all run long (http_503): no episode, no error finding
     a = analyze_spec(RunSpec(duration_s=40, rate_rps=150, error_rate=0.01), "trickle")
-    assert not [f for f in a.findings if f.cause in re_.ERROR_CAUSE_IDS]
+    assert not [f for f in a.findings if causes.is_error(f.cause)]
     checks = {c.cause: c.status for c in a.causes_checked}
     assert checks[re_.CAUSE_REJECTING] == "not_found"
 
@@ -116,7 +117,7 @@ def test_a_run_that_never_reached_its_target_is_one_episode():
     f = re_.finding_of(re_.CAUSE_UNREACHABLE, counts)
     assert f is not None
     assert (_ev(f, "start_s"), _ev(f, "end_s")) == (0.0, 20.0)
-    assert re_.unreachable_share(f) == pytest.approx(1.0)
+    assert f.coincidence == pytest.approx(1.0)  # its share of the run
 
 
 def test_episodes_merge_across_short_gaps_and_need_enough_errors():
@@ -149,7 +150,7 @@ def test_the_outage_is_timed_by_the_wall_clock_seconds_the_counters_cover():
         }
         for s in range(20)
     ]
-    counts = re_.error_counts(pd.DataFrame(rows), start, start + 19 * second)
+    counts = causes.error_counts(pd.DataFrame(rows), start, start + 19 * second)
     assert counts is not None and counts.offset_s == pytest.approx(-0.6)
     f = re_.finding_of(re_.CAUSE_UNREACHABLE, counts)
     # THEN the outage starts where its first failing second starts: 9.4 s after the run did
@@ -164,8 +165,9 @@ def test_loadkit_run_exits_3_past_the_unreachable_share(capsys):
     refused = np.zeros(n)
     refused[60:] = 50  # unreachable for the last 40 s of 100
     counts = ErrorCounts(0, 1.0, completed, refused.copy(), {"refused": refused})
-    outage = re_.finding_of(re_.CAUSE_UNREACHABLE, counts)
-    assert re_.unreachable_share(outage) == pytest.approx(0.4)
+    outage = causes.outage(counts)
+    assert outage is not None and outage.cause == re_.CAUSE_UNREACHABLE
+    assert outage.coincidence == pytest.approx(0.4)  # its share of the run
     assert _unreachable_status(outage, 10.0) == 3
     assert capsys.readouterr().err == (
         "ERROR: the target was unreachable for 40% of the run "

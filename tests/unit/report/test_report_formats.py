@@ -22,6 +22,23 @@ def test_each_entry_names_its_file_by_its_reporters_extension() -> None:
         assert callable(fmt.load().render_report) and fmt.sweep_renderer() is not None
 
 
+def test_compare_writes_the_formats_whose_entry_has_a_comparison() -> None:
+    import argparse
+
+    from loadkit.commands import compare
+
+    assert formats.COMPARE_FORMATS == ("html", "md")
+    for name in formats.COMPARE_FORMATS:
+        reporter = formats.get(name).compare_reporter()
+        assert reporter is not None and reporter.output_file_extension == name
+    assert formats.get("json").compare_reporter() is None
+    parser = argparse.ArgumentParser()
+    compare.prepare_parser(parser)
+    assert parser.parse_args(["A", "B", "--format", "md"]).format == "md"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["A", "B", "--format", "json"])
+
+
 def test_the_registry_loads_no_reporter_until_used() -> None:
     code = (
         "import sys, loadkit.commands.report; "
