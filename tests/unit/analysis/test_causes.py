@@ -121,10 +121,16 @@ def test_where_the_time_goes_names_the_part_that_grew(analyze_spec):
     # GIVEN the client host saturated every 9 s (requests sent and handled late)
     sat = tuple(W(12 + 9 * k, 15 + 9 * k, 15.0) for k in range(7))
     a = analyze_spec(RunSpec(duration_s=80, rate_rps=300, cpu_saturations=sat), "client-cpu")
-    # THEN the breakdown has the four parts from Triton's statistics ...
+    # THEN the breakdown has the five parts from Triton's statistics ...
     assert a.breakdown is not None and a.breakdown.source == "triton statistics"
     names = [c.name for c in a.breakdown.components]
-    assert names == ["generator_lag", "client_network", "server_queue", "server_compute"]
+    assert names == [
+        "generator_lag",
+        "client_network",
+        "server_queue",
+        "server_compute",
+        "server_data_movement",
+    ]
     assert all(len(c.ms) == len(a.windows.t_ns) for c in a.breakdown.components)
     # ... and the episodes grew outside the server (generator or client + network)
     p99 = a.episodes_for("p99")
