@@ -42,10 +42,23 @@ def test_a_neighbour_at_the_servers_own_priority_is_named_cpu_saturation(analyze
 
 
 def test_a_busy_host_all_along_is_not_cpu_saturation(analyze_spec):
-    # GIVEN a host whose cores sit at the same busy level all run (no spikes from it)
-    spec = RunSpec(rate_rps=200, cpu_saturations=(W(0, 90, 0.0),), run_delay_ms_per_s=20.0)
-    a = analyze_spec(spec, "busy-all-along")
-    assert "cpu_saturation" not in [f.cause for f in a.findings if f.episodes], _order(a)
+    # GIVEN a host whose cores sit at the same busy level all run, delaying the client's
+    # sends and reads by 3 ms on average all along, the server's threads waiting for a CPU
+    # no longer than usual; and spikes from something else: the server stopped at 15, 45, 75 s
+    stalls = tuple(W(t, t + 1.0) for t in (15.0, 45.0, 75.0))
+    busy = RunSpec(
+        rate_rps=200, cpu_saturations=(W(0, 90, 3.0),), run_delay_ms_per_s=20.0, stalls=stalls
+    )
+    a = analyze_spec(busy, "busy-all-along")
+    calm = analyze_spec(RunSpec(rate_rps=200, run_delay_ms_per_s=20.0, stalls=stalls), "calm")
+    assert a.overall.corrected.p50_ms >= calm.overall.corrected.p50_ms + 1.0
+    assert np.nanmin(np.array(a.telemetry.cpu_mean_pct, dtype=float)) >= 95.0
+    # THEN the stalls explain the spikes, and the busy cores, as busy in them as everywhere,
+    # hold in none of them (busy all along, the server must also have waited for a CPU)
+    assert [f.cause for f in a.findings][:1] == ["process_stall"], _order(a)
+    assert "cpu_saturation" not in [f.cause for f in a.findings], _order(a)
+    (check,) = [c for c in a.causes_checked if c.cause == "cpu_saturation"]
+    assert check.status == "not_found" and check.reason.startswith("signature in 0/3 "), check
 
 
 def _quota_spec() -> RunSpec:
