@@ -18,6 +18,9 @@ from tests.unit.analysis.test_attribution import _finding
 W = FaultWindow
 
 
+_LEVEL = {"strong": 2, "moderate": 1, "weak": 0}
+
+
 def _order(analysis):
     return [(f.cause, f.confidence) for f in analysis.findings]
 
@@ -64,10 +67,11 @@ def test_a_busy_host_all_along_is_not_cpu_saturation(analyze_spec):
 def _quota_spec() -> RunSpec:
     # A quota held periodically at two strengths: the strong holds raise P99, the weak
     # ones throttle the container too but hardly slow it. The throttled periods are then
-    # common in baseline windows (a modest lift), while compute per batch grows only in
-    # the spikes: the unexplained compute slowdown looks cleaner than its own cause.
+    # common in baseline windows (a modest lift: the quota is found, weak), while compute
+    # per batch grows only in the spikes: the unexplained compute slowdown, tested over
+    # the same episodes, looks cleaner than its own cause.
     strong = tuple(W(t, t + 4, 2.0) for t in (12, 32, 52, 72))
-    weak = tuple(W(t, t + 5, 0.05) for t in (21, 41, 61, 81))
+    weak = tuple(W(t, t + 7, 0.05) for t in (19, 39, 59, 79))
     return RunSpec(
         rate_rps=200, cgroup_quotas=tuple(sorted(strong + weak, key=lambda w: w.start_s)), seed=3
     )
@@ -76,20 +80,39 @@ def _quota_spec() -> RunSpec:
 def test_the_residual_never_outranks_a_cause_seen_in_the_same_episodes(analyze_spec):
     a = analyze_spec(_quota_spec(), "quota-two-strengths")
     causes = [f.cause for f in a.findings]
+    # THEN both are found, over the same spike episodes ...
     assert "cgroup_throttling" in causes, (_order(a), a.causes_checked)
-    quota = causes.index("cgroup_throttling")
-    for i, f in enumerate(a.findings):
-        if f.cause.startswith("unexplained_") and set(f.episodes) & set(a.findings[quota].episodes):
-            assert i > quota, _order(a)
+    assert "unexplained_compute_slowdown" in causes, (_order(a), a.causes_checked)
+    quota = a.findings[causes.index("cgroup_throttling")]
+    residual = a.findings[causes.index("unexplained_compute_slowdown")]
+    assert set(residual.episodes) & set(quota.episodes), (quota.episodes, residual.episodes)
+    # ... and the residual comes after the quota, no more confident than it, saying why
+    assert causes.index("cgroup_throttling") < causes.index("unexplained_compute_slowdown")
+    assert _LEVEL[residual.confidence] <= _LEVEL[quota.confidence], _order(a)
+    assert "Ranked after Container CPU quota throttling" in residual.summary, residual.summary
     assert not a.findings[0].cause.startswith("unexplained_"), _order(a)
 
 
 def test_the_residual_never_says_no_change_in_a_signal_that_moved(analyze_spec):
+    from loadkit.analysis.causes.unexplained import _CONTEXT
+    from loadkit.analysis.noise import EFFECT_MOVED
+
     a = analyze_spec(_quota_spec(), "quota-two-strengths")
-    for f in a.findings:
-        if f.cause.startswith("unexplained_") and "no change in" in f.summary:
-            unchanged = f.summary.split("no change in", 1)[1].split(";")[0]
-            assert "cgroup" not in unchanged and "CPU" not in unchanged, f.summary
+    (residual,) = [f for f in a.findings if f.cause == "unexplained_compute_slowdown"]
+    delta = {e.name: e.value for e in residual.evidence if e.name.endswith("_moved")}
+    moved = [
+        name
+        for name, prefix in _CONTEXT
+        if abs(delta.get(f"{prefix}_moved") or 0.0) >= EFFECT_MOVED
+    ]
+    # THEN the quota's throttled periods moved in the spikes, and the text says every signal
+    # that moved moved, none of them "no change"
+    assert "cgroup quota" in moved, delta
+    assert "no change in" in residual.summary, residual.summary
+    unchanged = residual.summary.split("no change in", 1)[1].split("(", 1)[0].split(";")[0]
+    said_moved = residual.summary.split("no change in", 1)[1].split(" moved too)")[0]
+    for name in moved:
+        assert name not in unchanged and name in said_moved, residual.summary
 
 
 def test_rank_findings_puts_the_residual_after_a_cause_of_the_same_episodes():
@@ -116,23 +139,46 @@ def test_rank_findings_leaves_a_residual_of_other_episodes_alone():
     assert np.isfinite(ranked[0].coincidence)
 
 
-def test_no_change_is_judged_against_the_baseline_spread_not_a_fixed_tolerance():
+def test_no_change_is_judged_against_the_baseline_spread_not_a_fixed_tolerance(tmp_path):
+    from loadkit.analysis import pipeline
+    from loadkit.analysis.causes import get
     from loadkit.analysis.causes.unexplained import _unchanged
-    from loadkit.analysis.model import Evidence
+    from loadkit.analysis.noise import EFFECT_MOVED
+    from loadkit.rundir import load_run
+    from loadkit.testing.synthetic import write_run
 
-    # GIVEN the host's CPU a few points lower in every episode window than in any
-    # baseline window (a quota binds), arrivals as usual
-    evidence = [
-        Evidence("cpu_mean_in_episodes", 25.0, "%"),
-        Evidence("cpu_mean_baseline", 30.0, "%"),
-        Evidence("cpu_mean_moved", -0.9, "Cliff's d"),
-        Evidence("offered_in_episodes", 200.0, "req/s"),
-        Evidence("offered_baseline", 201.0, "req/s"),
-        Evidence("offered_moved", 0.05, "Cliff's d"),
-    ]
+    # GIVEN a quota that binds in every spike (the host's CPU a few points lower there than
+    # in the baseline windows), arrivals as usual
+    spec = RunSpec(rate_rps=200, cgroup_quotas=tuple(W(t, t + 4, 2.0) for t in (12, 32, 52, 72)))
+    aligned = pipeline.align(load_run(write_run(spec, tmp_path)))
+    detected = pipeline.detect(aligned)
+    sig = pipeline.attribute(aligned, detected).signals
+    episodes = detected.episodes_for_primary
+    base = attribution.baseline_for(
+        sig.n,
+        episodes,
+        detected.episodes,
+        sig.starts_ns,
+        attribution.loaded_windows(sig),
+        sig.p99_ms,
+    )
+    spikes = np.zeros(sig.n, dtype=bool)
+    for e in episodes:
+        spikes |= (sig.starts_ns >= e.start_ns) & (sig.starts_ns < e.end_ns)
+    # WHEN the residual's evidence is derived as the pipeline derives it
+    residual = get("unexplained_compute_slowdown").signature(sig, base)
+    assert residual.evidence is not None and spikes.any()
+    evidence = residual.evidence(spikes, base)
+    ev = {e.name: e.value for e in evidence}
+    # THEN a drop of a few points is a change (it clears the baseline's spread), arrivals none
+    assert 2.0 <= ev["cpu_mean_baseline"] - ev["cpu_mean_in_episodes"] <= 10.0, ev
+    assert ev["cpu_mean_moved"] <= -EFFECT_MOVED, ev
+    assert abs(ev["offered_moved"]) < EFFECT_MOVED, ev
     text = _unchanged(evidence)
-    assert text.startswith("no change in arrivals"), text
-    assert "CPU moved too" in text
+    assert text.startswith("no change in "), text
+    unchanged, moved = text.split(" (", 1)
+    assert "arrivals" in unchanged and "CPU" not in unchanged, text
+    assert "CPU" in moved and "moved too" in moved, text
 
 
 def test_copies_that_grow_while_the_model_does_not_are_data_movement(analyze_spec):
