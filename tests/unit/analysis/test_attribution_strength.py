@@ -251,6 +251,9 @@ def test_a_slower_model_is_not_data_movement(analyze_spec):
     # GIVEN the model itself slows (compute_infer x3), copies as usual (Triton reports them)
     slow = tuple(W(t, t + 3, 3.0) for t in (12, 24, 36, 48, 60, 72))
     a = analyze_spec(RunSpec(rate_rps=150, model_slowdowns=slow), "slow-model")
+    assert a.breakdown is not None
+    copies = [c for c in a.breakdown.components if c.name == "server_data_movement"]
+    assert copies and (copies[0].baseline_ms or 0.0) > 0, a.breakdown.components
     # THEN the copies were assessed, and hold in none of the spikes
     (check,) = [c for c in a.causes_checked if c.cause == "data_movement"]
     assert check.status == "not_found" and check.reason.startswith("signature in 0/"), check
