@@ -238,6 +238,7 @@ def _stall_end(t: float, spec: RunSpec) -> float:
 def simulate(spec: RunSpec) -> Simulated:
     """Run the queueing model: open-model arrivals, one dynamically batched model instance."""
     rng = np.random.default_rng(spec.seed)
+    io_rng = np.random.default_rng(spec.seed + 2000)  # the copies' noise (compute_input/output)
     intended = _arrivals(spec, rng)
     n = len(intended)
     # Client side: CPU saturation delays the send and the handling of the response.
@@ -299,13 +300,15 @@ def simulate(spec: RunSpec) -> Simulated:
         quota = _in_any(t_start, spec.cgroup_quotas)
         if quota:
             compute *= 1.0 + quota.strength * float(rng.uniform(0.5, 1.5))
-        # compute_input + compute_output: a small copy per request, more in a movement window
-        # (recorded only where the spec injects data movement: other runs keep input/output 0)
-        io = 0.0
-        if spec.data_movements:
-            moving = _in_any(t_start, spec.data_movements)
-            io = size * (0.00005 + (moving.strength / 1000.0 if moving else 0.0))
-            io *= float(rng.lognormal(0.0, spec.compute_noise))
+        # compute_input + compute_output, recorded in every run as Triton always reports them:
+        # a small copy per request, part of the batch's usual time (so a run without data
+        # movement keeps its timing), and in a movement window the extra copies on top. Their
+        # noise has its own generator: the compute and arrival draws stay the same.
+        io = min(size * 0.00005 * float(io_rng.lognormal(0.0, spec.compute_noise)), compute / 2)
+        compute -= io
+        moving = _in_any(t_start, spec.data_movements)
+        if moving:
+            io += size * moving.strength / 1000.0 * float(io_rng.lognormal(0.0, spec.compute_noise))
         end = t_start + compute + io
         for stall in spec.stalls:  # stopped mid-batch: the batch finishes after SIGCONT
             if t_start < stall.start_s < end:

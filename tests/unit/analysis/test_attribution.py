@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from loadkit.analysis.attribution import cliffs_delta, confidence, finding_order
+from loadkit.analysis.attribution import cliffs_delta, confidence, rank_findings
 from loadkit.analysis.causes import CAUSE_IDS as CAUSES
 from loadkit.analysis.model import Finding
 from loadkit.testing.synthetic import (
@@ -169,7 +169,8 @@ def test_a_weak_lead_never_outranks_a_strong_standing_condition():
     lead = _finding("unexplained_compute_slowdown", "weak", ("p99#1",))
     standing = _finding("connection_churn", "strong", ())
     spikes = _finding("cpu_saturation", "moderate", ("p99#2", "p99#3"))
-    ordered = sorted([lead, standing, spikes], key=finding_order)
+    # WHEN ranked as the pipeline ranks its findings (attribution.attribute)
+    ordered = rank_findings([lead, standing, spikes])
     # Above weak a cause of the spikes still comes before a standing condition.
     assert [f.cause for f in ordered] == [
         "cpu_saturation",

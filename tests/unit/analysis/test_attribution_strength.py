@@ -18,6 +18,9 @@ from tests.unit.analysis.test_attribution import _finding
 W = FaultWindow
 
 
+_LEVEL = {"strong": 2, "moderate": 1, "weak": 0}
+
+
 def _order(analysis):
     return [(f.cause, f.confidence) for f in analysis.findings]
 
@@ -42,19 +45,33 @@ def test_a_neighbour_at_the_servers_own_priority_is_named_cpu_saturation(analyze
 
 
 def test_a_busy_host_all_along_is_not_cpu_saturation(analyze_spec):
-    # GIVEN a host whose cores sit at the same busy level all run (no spikes from it)
-    spec = RunSpec(rate_rps=200, cpu_saturations=(W(0, 90, 0.0),), run_delay_ms_per_s=20.0)
-    a = analyze_spec(spec, "busy-all-along")
-    assert "cpu_saturation" not in [f.cause for f in a.findings if f.episodes], _order(a)
+    # GIVEN a host whose cores sit at the same busy level all run, delaying the client's
+    # sends and reads by 3 ms on average all along, the server's threads waiting for a CPU
+    # no longer than usual; and spikes from something else: the server stopped at 15, 45, 75 s
+    stalls = tuple(W(t, t + 1.0) for t in (15.0, 45.0, 75.0))
+    busy = RunSpec(
+        rate_rps=200, cpu_saturations=(W(0, 90, 3.0),), run_delay_ms_per_s=20.0, stalls=stalls
+    )
+    a = analyze_spec(busy, "busy-all-along")
+    calm = analyze_spec(RunSpec(rate_rps=200, run_delay_ms_per_s=20.0, stalls=stalls), "calm")
+    assert a.overall.corrected.p50_ms >= calm.overall.corrected.p50_ms + 1.0
+    assert np.nanmin(np.array(a.telemetry.cpu_mean_pct, dtype=float)) >= 95.0
+    # THEN the stalls explain the spikes, and the busy cores, as busy in them as everywhere,
+    # hold in none of them (busy all along, the server must also have waited for a CPU)
+    assert [f.cause for f in a.findings][:1] == ["process_stall"], _order(a)
+    assert "cpu_saturation" not in [f.cause for f in a.findings], _order(a)
+    (check,) = [c for c in a.causes_checked if c.cause == "cpu_saturation"]
+    assert check.status == "not_found" and check.reason.startswith("signature in 0/3 "), check
 
 
 def _quota_spec() -> RunSpec:
     # A quota held periodically at two strengths: the strong holds raise P99, the weak
     # ones throttle the container too but hardly slow it. The throttled periods are then
-    # common in baseline windows (a modest lift), while compute per batch grows only in
-    # the spikes: the unexplained compute slowdown looks cleaner than its own cause.
+    # common in baseline windows (a modest lift: the quota is found, weak), while compute
+    # per batch grows only in the spikes: the unexplained compute slowdown, tested over
+    # the same episodes, looks cleaner than its own cause.
     strong = tuple(W(t, t + 4, 2.0) for t in (12, 32, 52, 72))
-    weak = tuple(W(t, t + 5, 0.05) for t in (21, 41, 61, 81))
+    weak = tuple(W(t, t + 7, 0.05) for t in (19, 39, 59, 79))
     return RunSpec(
         rate_rps=200, cgroup_quotas=tuple(sorted(strong + weak, key=lambda w: w.start_s)), seed=3
     )
@@ -63,20 +80,39 @@ def _quota_spec() -> RunSpec:
 def test_the_residual_never_outranks_a_cause_seen_in_the_same_episodes(analyze_spec):
     a = analyze_spec(_quota_spec(), "quota-two-strengths")
     causes = [f.cause for f in a.findings]
+    # THEN both are found, over the same spike episodes ...
     assert "cgroup_throttling" in causes, (_order(a), a.causes_checked)
-    quota = causes.index("cgroup_throttling")
-    for i, f in enumerate(a.findings):
-        if f.cause.startswith("unexplained_") and set(f.episodes) & set(a.findings[quota].episodes):
-            assert i > quota, _order(a)
+    assert "unexplained_compute_slowdown" in causes, (_order(a), a.causes_checked)
+    quota = a.findings[causes.index("cgroup_throttling")]
+    residual = a.findings[causes.index("unexplained_compute_slowdown")]
+    assert set(residual.episodes) & set(quota.episodes), (quota.episodes, residual.episodes)
+    # ... and the residual comes after the quota, no more confident than it, saying why
+    assert causes.index("cgroup_throttling") < causes.index("unexplained_compute_slowdown")
+    assert _LEVEL[residual.confidence] <= _LEVEL[quota.confidence], _order(a)
+    assert "Ranked after Container CPU quota throttling" in residual.summary, residual.summary
     assert not a.findings[0].cause.startswith("unexplained_"), _order(a)
 
 
 def test_the_residual_never_says_no_change_in_a_signal_that_moved(analyze_spec):
+    from loadkit.analysis.causes.unexplained import _CONTEXT
+    from loadkit.analysis.noise import EFFECT_MOVED
+
     a = analyze_spec(_quota_spec(), "quota-two-strengths")
-    for f in a.findings:
-        if f.cause.startswith("unexplained_") and "no change in" in f.summary:
-            unchanged = f.summary.split("no change in", 1)[1].split(";")[0]
-            assert "cgroup" not in unchanged and "CPU" not in unchanged, f.summary
+    (residual,) = [f for f in a.findings if f.cause == "unexplained_compute_slowdown"]
+    delta = {e.name: e.value for e in residual.evidence if e.name.endswith("_moved")}
+    moved = [
+        name
+        for name, prefix in _CONTEXT
+        if abs(delta.get(f"{prefix}_moved") or 0.0) >= EFFECT_MOVED
+    ]
+    # THEN the quota's throttled periods moved in the spikes, and the text says every signal
+    # that moved moved, none of them "no change"
+    assert "cgroup quota" in moved, delta
+    assert "no change in" in residual.summary, residual.summary
+    unchanged = residual.summary.split("no change in", 1)[1].split("(", 1)[0].split(";")[0]
+    said_moved = residual.summary.split("no change in", 1)[1].split(" moved too)")[0]
+    for name in moved:
+        assert name not in unchanged and name in said_moved, residual.summary
 
 
 def test_rank_findings_puts_the_residual_after_a_cause_of_the_same_episodes():
@@ -103,23 +139,46 @@ def test_rank_findings_leaves_a_residual_of_other_episodes_alone():
     assert np.isfinite(ranked[0].coincidence)
 
 
-def test_no_change_is_judged_against_the_baseline_spread_not_a_fixed_tolerance():
+def test_no_change_is_judged_against_the_baseline_spread_not_a_fixed_tolerance(tmp_path):
+    from loadkit.analysis import pipeline
+    from loadkit.analysis.causes import get
     from loadkit.analysis.causes.unexplained import _unchanged
-    from loadkit.analysis.model import Evidence
+    from loadkit.analysis.noise import EFFECT_MOVED
+    from loadkit.rundir import load_run
+    from loadkit.testing.synthetic import write_run
 
-    # GIVEN the host's CPU a few points lower in every episode window than in any
-    # baseline window (a quota binds), arrivals as usual
-    evidence = [
-        Evidence("cpu_mean_in_episodes", 25.0, "%"),
-        Evidence("cpu_mean_baseline", 30.0, "%"),
-        Evidence("cpu_mean_moved", -0.9, "Cliff's d"),
-        Evidence("offered_in_episodes", 200.0, "req/s"),
-        Evidence("offered_baseline", 201.0, "req/s"),
-        Evidence("offered_moved", 0.05, "Cliff's d"),
-    ]
+    # GIVEN a quota that binds in every spike (the host's CPU a few points lower there than
+    # in the baseline windows), arrivals as usual
+    spec = RunSpec(rate_rps=200, cgroup_quotas=tuple(W(t, t + 4, 2.0) for t in (12, 32, 52, 72)))
+    aligned = pipeline.align(load_run(write_run(spec, tmp_path)))
+    detected = pipeline.detect(aligned)
+    sig = pipeline.attribute(aligned, detected).signals
+    episodes = detected.episodes_for_primary
+    base = attribution.baseline_for(
+        sig.n,
+        episodes,
+        detected.episodes,
+        sig.starts_ns,
+        attribution.loaded_windows(sig),
+        sig.p99_ms,
+    )
+    spikes = np.zeros(sig.n, dtype=bool)
+    for e in episodes:
+        spikes |= (sig.starts_ns >= e.start_ns) & (sig.starts_ns < e.end_ns)
+    # WHEN the residual's evidence is derived as the pipeline derives it
+    residual = get("unexplained_compute_slowdown").signature(sig, base)
+    assert residual.evidence is not None and spikes.any()
+    evidence = residual.evidence(spikes, base)
+    ev = {e.name: e.value for e in evidence}
+    # THEN a drop of a few points is a change (it clears the baseline's spread), arrivals none
+    assert 2.0 <= ev["cpu_mean_baseline"] - ev["cpu_mean_in_episodes"] <= 10.0, ev
+    assert ev["cpu_mean_moved"] <= -EFFECT_MOVED, ev
+    assert abs(ev["offered_moved"]) < EFFECT_MOVED, ev
     text = _unchanged(evidence)
-    assert text.startswith("no change in arrivals"), text
-    assert "CPU moved too" in text
+    assert text.startswith("no change in "), text
+    unchanged, moved = text.split(" (", 1)
+    assert "arrivals" in unchanged and "CPU" not in unchanged, text
+    assert "CPU" in moved and "moved too" in moved, text
 
 
 def test_copies_that_grow_while_the_model_does_not_are_data_movement(analyze_spec):
@@ -133,9 +192,20 @@ def test_copies_that_grow_while_the_model_does_not_are_data_movement(analyze_spe
     assert top.confidence in ("strong", "moderate")
     assert "compute_infer_in_episodes" in {e.name for e in top.evidence}
     assert "pinned" in top.action
-    # the breakdown names the copies apart from the model's compute
-    names = [c.name for c in a.breakdown.components] if a.breakdown else []
-    assert "server_data_movement" in names and "server_compute" in names
+    # the breakdown holds the copies apart from the model's compute (every run has them:
+    # Triton always reports compute_input/output), and in the spikes the copies are what rose
+    assert a.breakdown is not None
+    parts = {c.name: c for c in a.breakdown.components}
+    t_ns = np.array(a.windows.t_ns)
+    spikes = np.zeros(len(t_ns), dtype=bool)
+    for e in a.episodes:
+        if e.episode_id in top.episodes:
+            spikes |= (t_ns >= e.start_ns) & (t_ns < e.end_ns)
+    rose = {}
+    for name in ("server_data_movement", "server_compute"):
+        ms = np.array(parts[name].ms, dtype=float)
+        rose[name] = float(np.nanmean(ms[spikes])) - (parts[name].baseline_ms or 0.0)
+    assert rose["server_data_movement"] > 5 * rose["server_compute"] > 0, rose
 
 
 def test_large_requests_are_data_movement_from_the_requests_sizes_alone(analyze_spec):
@@ -178,12 +248,15 @@ def test_large_requests_that_slow_the_models_compute_are_still_data_movement(ana
 
 
 def test_a_slower_model_is_not_data_movement(analyze_spec):
-    # GIVEN the model itself slows (compute_infer x3), copies as usual
+    # GIVEN the model itself slows (compute_infer x3), copies as usual (Triton reports them)
     slow = tuple(W(t, t + 3, 3.0) for t in (12, 24, 36, 48, 60, 72))
-    a = analyze_spec(
-        RunSpec(rate_rps=150, model_slowdowns=slow, data_movements=(W(200, 201, 0.0),)),
-        "slow-model",
-    )
+    a = analyze_spec(RunSpec(rate_rps=150, model_slowdowns=slow), "slow-model")
+    assert a.breakdown is not None
+    copies = [c for c in a.breakdown.components if c.name == "server_data_movement"]
+    assert copies and (copies[0].baseline_ms or 0.0) > 0, a.breakdown.components
+    # THEN the copies were assessed, and hold in none of the spikes
+    (check,) = [c for c in a.causes_checked if c.cause == "data_movement"]
+    assert check.status == "not_found" and check.reason.startswith("signature in 0/"), check
     assert "data_movement" not in [f.cause for f in a.findings], _order(a)
     assert a.findings and a.findings[0].cause == "unexplained_compute_slowdown", _order(a)
 

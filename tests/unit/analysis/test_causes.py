@@ -101,10 +101,20 @@ def test_arrival_burst_without_capacity_says_so_and_stays_weak(analyze_spec):
 
 
 def test_throttling_without_latency_effect_is_not_named(analyze_spec):
-    # GIVEN throttled periods all run long that slow nothing, and no spikes
-    spec = RunSpec(duration_s=60, rate_rps=200, cgroup_quotas=(W(0, 60, 0.0),))
+    # GIVEN half of the cgroup's CFS periods throttled all run long, slowing nothing, and
+    # spikes from something else: the server stopped for 1 s at 12, 32 and 52 s
+    stalls = tuple(W(t, t + 1.0) for t in (12.0, 32.0, 52.0))
+    spec = RunSpec(duration_s=60, rate_rps=200, cgroup_quotas=(W(0, 60, 0.0),), stalls=stalls)
     a = analyze_spec(spec, "harmless-quota")
-    assert "cgroup_throttling" not in {f.cause for f in a.findings}
+    throttled = np.array(a.telemetry.cgroup_throttled_pct, dtype=float)
+    assert np.nanmedian(throttled) >= 40.0, throttled
+    # THEN the stalls explain the spikes, and the throttling, at its usual level in them,
+    # holds in none of them (its signature is relative to the run's baseline)
+    causes = [f.cause for f in a.findings]
+    assert causes[:1] == ["process_stall"], causes
+    assert "cgroup_throttling" not in causes, causes
+    (check,) = [c for c in a.causes_checked if c.cause == "cgroup_throttling"]
+    assert check.status == "not_found" and check.reason.startswith("signature in 0/3 "), check
 
 
 def test_every_cause_is_one_registry_entry_with_what_the_report_needs():
@@ -121,10 +131,16 @@ def test_where_the_time_goes_names_the_part_that_grew(analyze_spec):
     # GIVEN the client host saturated every 9 s (requests sent and handled late)
     sat = tuple(W(12 + 9 * k, 15 + 9 * k, 15.0) for k in range(7))
     a = analyze_spec(RunSpec(duration_s=80, rate_rps=300, cpu_saturations=sat), "client-cpu")
-    # THEN the breakdown has the four parts from Triton's statistics ...
+    # THEN the breakdown has the five parts from Triton's statistics ...
     assert a.breakdown is not None and a.breakdown.source == "triton statistics"
     names = [c.name for c in a.breakdown.components]
-    assert names == ["generator_lag", "client_network", "server_queue", "server_compute"]
+    assert names == [
+        "generator_lag",
+        "client_network",
+        "server_queue",
+        "server_compute",
+        "server_data_movement",
+    ]
     assert all(len(c.ms) == len(a.windows.t_ns) for c in a.breakdown.components)
     # ... and the episodes grew outside the server (generator or client + network)
     p99 = a.episodes_for("p99")
