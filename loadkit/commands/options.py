@@ -21,3 +21,10 @@ def add_overrides(parser: argparse.ArgumentParser | argparse._ArgumentGroup, hel
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE", help=help
     )
+
+
+def add_server_host(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """`--server-host local|remote`: where the server runs, when its address does not say."""
+    from loadkit.placement import SERVER_HOST_CHOICES, SERVER_HOST_HELP
+
+    parser.add_argument("--server-host", choices=SERVER_HOST_CHOICES, help=SERVER_HOST_HELP)
