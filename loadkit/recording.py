@@ -172,11 +172,13 @@ class Recording:
         `wait_s`: wait up to that long for every sampler to open its source
         first, so the sources' warnings are in the manifest from the start.
         `note_simulated`: a simulated GPU adds the note "GPU telemetry is simulated".
-        The recording's `target_location` is passed on unless `options` hold one.
+        The recording's `target_location`, when it has one, is passed on unless
+        `options` hold one.
         """
         from loadkit.telemetry.supervisor import SamplerSet
 
-        options.setdefault("target_location", self.target_location)
+        if self.target_location is not None:
+            options.setdefault("target_location", self.target_location)
         samplers = SamplerSet.start(self.path, **options)
         return self.adopt_samplers(samplers, wait_s=wait_s, note_simulated=note_simulated)
 
