@@ -503,6 +503,15 @@ SERIES_PARTS: dict[str, dict[str, tuple[str, ...]]] = {
 SERVER_SOURCES = frozenset({"triton_stats", "metrics"})
 
 
+def field_place(series: str, place: str, parts: Mapping[str, str], field_name: str | None) -> str:
+    """The place of a series' field: its part's (`SERIES_PARTS`) when it has one, else `place`."""
+    if field_name is not None:
+        for part, prefixes in SERIES_PARTS.get(series, {}).items():
+            if part in parts and field_name.startswith(prefixes):
+                return parts[part]
+    return place
+
+
 def _place(value: Any) -> str | None:
     return value if value in PLACES else None
 
@@ -637,11 +646,7 @@ class Source:
 
     def place_of(self, field_name: str | None = None) -> str:
         """The place of one of the series' fields (None: the series as a whole)."""
-        if field_name is not None:
-            for part, prefixes in SERIES_PARTS.get(self.name or "", {}).items():
-                if part in self.parts and field_name.startswith(prefixes):
-                    return self.parts[part]
-        return self.place
+        return field_place(self.name or "", self.place, self.parts, field_name)
 
 
 def _legacy_place(source: Source, kind: str, target: Target | None) -> Source:
@@ -779,6 +784,7 @@ __all__ = [
     "RequestRow",
     "TritonStatsRow",
     "check_manifest",
+    "field_place",
     "delta_key",
     "required_fields",
     "row_fields",
