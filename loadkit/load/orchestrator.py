@@ -510,13 +510,14 @@ class LoadRun:
 
     def _prepare(self) -> None:
         o = self.options
-        check_reachable(self.target_url)
         t = o.telemetry
+        # Whether the target runs here (its flags checked before anything is tried).
         location = locate_target(
             self.target_url,
             server_pid=t.server_pid if t is not None else None,
             server_host=t.server_host if t is not None else None,
         )
+        check_reachable(self.target_url)
         # Describe the scenario and run the pre-flight (metadata, one request) in one child.
         info = describe_scenario(
             self.scenario_path,

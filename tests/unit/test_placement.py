@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from loadkit.errors import UsageError
+from loadkit.errors import EXIT_USAGE, UsageError
 from loadkit.placement import (
     locate_target,
     remote_gpu_warning,
@@ -127,3 +129,25 @@ def test_the_remote_gpu_warning_names_the_address_and_where_gpu_telemetry_comes_
     assert "server's side" in text and "--triton-metrics" in text
     forwarded = remote_gpu_warning(_locate("http://127.0.0.1:8000", server_host="remote"))
     assert "(address 127.0.0.1), --server-host" in forwarded
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "burst_2x", "--target", "http://127.0.0.1:9"],
+        ["watch", "--duration", "5", "--triton", "http://127.0.0.1:9"],
+        ["capacity", "--target", "http://127.0.0.1:9", "--slo", "p99=50ms"],
+    ],
+)
+def test_the_recording_commands_take_server_host_and_refuse_it_against_a_server_pid(
+    argv: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from loadkit import cli
+
+    parsed = cli.build_parser().parse_args([*argv, "--server-host", "local"])
+    assert parsed.server_host == "local"
+    # GIVEN flags that contradict each other THEN exit 2 before anything is started
+    argv = [*argv, "--out", str(tmp_path), "--server-host", "remote", "--server-pid", "1"]
+    assert cli.main(argv) == EXIT_USAGE
+    assert "--server-pid names a process on this machine" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no run directory
