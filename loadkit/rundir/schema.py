@@ -552,15 +552,6 @@ class TargetLocation:
             return PLACE_UNKNOWN
         return PLACE_SERVER if self.local else PLACE_CLIENT
 
-    def describe(self) -> str:
-        """ "on this machine (loopback address 127.0.0.1)", "not on this machine (...)"."""
-        if self.local is None:
-            where = "unknown whether it is on this machine"
-        else:
-            where = "on this machine" if self.local else "not on this machine"
-        said = ", ".join(v for v in (self.how, self.address) if v)
-        return f"{where} ({said})" if said else where
-
 
 # What decided `TargetLocation.local` (the manifest's `how`).
 LOCATION_LOOPBACK = "loopback address"
