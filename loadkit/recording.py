@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loadkit.environment import run_environment
+from loadkit.rundir.schema import TargetLocation
 from loadkit.rundir.writer import RunWriter, read_manifest_raw
 
 if TYPE_CHECKING:
@@ -55,8 +56,10 @@ class Recording:
     Locust processes, importers) into `path`.
     """
 
-    def __init__(self, writer: RunWriter) -> None:
+    def __init__(self, writer: RunWriter, target_location: TargetLocation | None = None) -> None:
         self.writer = writer
+        # Whether the target runs on this machine: the samplers' places and `--gpu auto`.
+        self.target_location = target_location
         self.samplers: Samplers | None = None
         self.simulated_gpu: SimulatedGpu | None = None
         self._describe_simulator = False
@@ -69,6 +72,7 @@ class Recording:
         *,
         environment: Mapping[str, Any] | None = None,
         server: dict[str, Any] | None = None,
+        target_location: TargetLocation | None = None,
         **run: Any,
     ) -> Recording:
         """A new run directory (`status: running`).
@@ -76,12 +80,16 @@ class Recording:
         `run`: `RunWriter.create`'s keywords (out_dir, run_id, kind, scenario,
         target, slo, command_line). `environment` defaults to this host's
         (`environment.run_environment`); `server` is the target's metadata
-        (`environment.server`), when it was read.
+        (`environment.server`), when it was read; `target_location` whether the
+        target runs on this machine (`loadkit.placement.locate_target`):
+        `environment.target_location`, and what the samplers started here read.
         """
         environment = dict(environment) if environment is not None else run_environment()
         if server is not None:
             environment["server"] = server
-        return cls(RunWriter.create(environment=environment, **run))
+        if target_location is not None:
+            environment["target_location"] = target_location.to_manifest()
+        return cls(RunWriter.create(environment=environment, **run), target_location)
 
     @classmethod
     def join(cls, run_dir: str | os.PathLike[str]) -> Recording:
@@ -164,9 +172,13 @@ class Recording:
         `wait_s`: wait up to that long for every sampler to open its source
         first, so the sources' warnings are in the manifest from the start.
         `note_simulated`: a simulated GPU adds the note "GPU telemetry is simulated".
+        The recording's `target_location`, when it has one, is passed on unless
+        `options` hold one.
         """
         from loadkit.telemetry.supervisor import SamplerSet
 
+        if self.target_location is not None:
+            options.setdefault("target_location", self.target_location)
         samplers = SamplerSet.start(self.path, **options)
         return self.adopt_samplers(samplers, wait_s=wait_s, note_simulated=note_simulated)
 

@@ -75,6 +75,30 @@ class RunAbort:
 
 
 @dataclass(frozen=True)
+class TargetPlace:
+    """Whether the target ran on loadkit's machine (the manifest's `environment.target_location`)."""
+
+    local: bool | None  # None: not known (not recorded, no target, a name that did not resolve)
+    how: str  # what decided it: "loopback address", "--server-pid", "--server-host", ...
+    host: str | None  # the target machine's name, when known
+    address: str | None = None
+
+
+@dataclass(frozen=True)
+class SeriesPlace:
+    """Where one telemetry series was sampled (the manifest's `sources[]`)."""
+
+    name: str  # the series: telemetry/<name>.jsonl (or the source's name when it has no file)
+    place: str  # "server" (the target's machine), "client" (a load machine) or "unknown"
+    host: str | None  # that machine's name
+    loadkit_host: bool  # sampled on the machine loadkit ran on (its hostname)
+    parts: dict[str, str] = field(default_factory=dict)  # e.g. host's {"process": "server"}
+    recorded: bool = True  # False: the manifest said nothing; the legacy rules decided
+    file: str | None = None  # None: asked for, not recorded (`warning` says why)
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """What was analyzed: identity of the run, from its manifest."""
 
@@ -93,6 +117,10 @@ class RunInfo:
     loadkit_version: str | None  # that recorded the run
     analyzed_with: str  # loadkit version that wrote analysis.json
     abort: RunAbort | None = None  # set when the run was stopped early (guard or Ctrl-C)
+    # Where the target ran and where each series was sampled (issue 41); absent in
+    # analysis.json files written before.
+    target_location: TargetPlace | None = None
+    sources: tuple[SeriesPlace, ...] = ()
 
 
 @dataclass(frozen=True)

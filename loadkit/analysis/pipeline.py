@@ -65,6 +65,7 @@ from loadkit.analysis.percentiles import (
     window_percentiles,
 )
 from loadkit.analysis.periodicity import detect_periodicity, run_period
+from loadkit.analysis.places import series_places, target_place
 from loadkit.analysis.recovery import BurstPhase, burst_recovery, rolling_p99
 from loadkit.analysis.slo import DEFAULT_SLO, resolve_slo, slo_verdict, step_verdict
 from loadkit.analysis.telemetry import (
@@ -223,6 +224,8 @@ def _run_info(run: Run, start: int, end: int) -> RunInfo:
         loadkit_version=info.loadkit_version,
         analyzed_with=__version__,
         abort=_run_abort(info.abort, start),
+        target_location=target_place(info),
+        sources=series_places(info),
     )
 
 

@@ -10,6 +10,7 @@ from typing import TextIO
 from loadkit.analysis import causes
 from loadkit.analysis.model import Analysis, Finding
 from loadkit.analysis.pipeline import analyze_run
+from loadkit.analysis.places import target_sentence, telemetry_sentence
 from loadkit.analysis.slo import DEFAULT_SLO, parse_slo
 from loadkit.errors import EXIT_OK, SloFailed, UsageError
 from loadkit.rundir import load_run
@@ -121,6 +122,9 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
         f"{', simulated GPU' if a.run.gpu_kind == 'simulated' else ''})\n"
     )
     w(f"verdict: {a.verdict.summary}  [thresholds: {a.verdict.source}]\n")
+    telemetry = telemetry_sentence(a.run)
+    if telemetry is not None:  # which machine each timeline comes from
+        w(f"{target_sentence(a.run.target_location)}\n{telemetry}\n")
     w(
         f"latency (corrected): p50 {_ms(o.corrected.p50_ms)}  p95 {_ms(o.corrected.p95_ms)}  "
         f"p99 {_ms(o.corrected.p99_ms)}  p99.9 {_ms(o.corrected.p999_ms)}  max {_ms(o.corrected.max_ms)}\n"

@@ -124,6 +124,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="GPU telemetry source (default auto: NVML if present)",
     )
     parser.add_argument("--server-pid", type=int, help="PID of the server, for its CPU")
+    options.add_server_host(parser)
     parser.add_argument("--no-report", action="store_true", help="do not write report.html")
 
 
@@ -205,6 +206,7 @@ def search_capacity(
             gpu=args.gpu,
             triton_url=args.target.rstrip("/") if http else None,
             server_pid=getattr(args, "server_pid", None),
+            server_host=getattr(args, "server_host", None),
         ),
         extra_manifest={
             "kind": "capacity",

@@ -17,6 +17,7 @@ from typing import Any
 from loadkit.errors import UsageError
 from loadkit.recording import Recording, imported_environment
 from loadkit.rundir.layout import TELEMETRY_DIR
+from loadkit.rundir.schema import PLACE_SERVER
 from loadkit.rundir.writer import default_run_id
 from loadkit.telemetry.prometheus.client import NS, PrometheusClient
 from loadkit.telemetry.prometheus.families import FAMILIES
@@ -178,6 +179,10 @@ def _write(
                 "warning": None,
                 "imported_from": {"format": "prometheus", "path": client.base_url},
                 "unknown_fields": [],
+                # The server's own exporters, scraped by production's Prometheus.
+                "place": PLACE_SERVER,
+                "host": None,
+                "parts": {},
             }
         )
     for note in pulled.notes:

@@ -34,3 +34,10 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
             raise UsageError(f"--set {item!r} is not NAME=VALUE", hint="e.g. --set base_rate=50")
         out[name.strip()] = value.strip()
     return out
+
+
+def add_server_host(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """`--server-host local|remote`: where the server runs, when its address does not say."""
+    from loadkit.placement import SERVER_HOST_CHOICES, SERVER_HOST_HELP
+
+    parser.add_argument("--server-host", choices=SERVER_HOST_CHOICES, help=SERVER_HOST_HELP)

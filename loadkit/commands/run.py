@@ -234,8 +234,11 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="Prometheus metrics URL to scrape, e.g. http://127.0.0.1:8002/metrics",
     )
     tele.add_argument(
-        "--server-pid", type=int, help="PID of the server, for its CPU/context switches"
+        "--server-pid",
+        type=int,
+        help="PID of the server, for its CPU/context switches (the server runs on this machine)",
     )
+    options.add_server_host(tele)
     tele.add_argument("--no-telemetry", action="store_true", help="record load only")
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
     parser.add_argument(
@@ -314,9 +317,11 @@ def run(args: argparse.Namespace) -> int:
     from loadkit.load.guard import check_syntax
     from loadkit.load.orchestrator import TelemetryOptions, run_scenario
     from loadkit.load.summary import summarize_run
+    from loadkit.placement import check_server_flags
 
     check_syntax(args.abort_on)  # a bad condition fails before anything starts
     _check_urls(args)
+    check_server_flags(args.server_pid, args.server_host)
     if not 0 <= args.max_unreachable <= 100:
         raise UsageError(
             f"--max-unreachable must be a percentage (0..100), got {args.max_unreachable:g}"
@@ -334,6 +339,7 @@ def run(args: argparse.Namespace) -> int:
         triton_url=_stats_url(args.triton_stats, args.target),
         metrics_url=None if args.triton_metrics == "none" else args.triton_metrics,
         server_pid=args.server_pid,
+        server_host=args.server_host,
     )
     run_dir = run_scenario(
         scenario,

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadkit import lifeline
+from loadkit.commands import options
 from loadkit.errors import UsageError
 from loadkit.recording import Recording
 from loadkit.telemetry.gpu import GPU_CHOICES
@@ -26,7 +27,9 @@ low-rate probe (--probe-rate) so the run has a latency series too. Writes a
 run directory (kind "watch") that `loadkit analyze` and `loadkit report` read.
 
 Run it on the server's host to get GPU and host telemetry for the server
-(give --server-pid for its CPU and context switches).
+(give --server-pid for its CPU and context switches). Whether the server runs
+here is decided from --server-pid, --server-host or the address of --triton
+(else --metrics); `--gpu auto` reads no GPU here for a server elsewhere.
 
 examples:
   loadkit watch --duration 5m --triton http://127.0.0.1:8000
@@ -91,6 +94,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--cooling-fault-duration", type=float, default=5.0, metavar="S")
     parser.add_argument("--server-pid", type=int, metavar="PID", help="the server's process ID")
+    options.add_server_host(parser)
     parser.add_argument(
         "--probe-rate", type=float, metavar="R", help="send R probe requests per second"
     )
@@ -112,6 +116,7 @@ def _default_metrics_url(triton_url: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from loadkit.endpoint import HTTP_SCHEMES, parse_endpoint
+    from loadkit.placement import locate_target
     from loadkit.telemetry import SIM_GPU_STATE_FILE
     from loadkit.telemetry.probe import Prober
 
@@ -123,6 +128,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--probe-rate needs --triton", hint="give the server's HTTP URL")
     if args.probe_rate is not None and args.probe_rate <= 0:
         raise UsageError(f"--probe-rate must be positive, got {args.probe_rate}")
+    location = locate_target(
+        args.triton or args.metrics, server_pid=args.server_pid, server_host=args.server_host
+    )
     metrics_url = args.metrics or (_default_metrics_url(args.triton) if args.triton else None)
     rates = {
         s.name: getattr(args, f"{s.name}_rate")
@@ -145,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         kind="watch",
         scenario={"name": "watch", "path": None, "params": {"duration_s": args.duration}},
         target=target,
+        target_location=location,
     )
     if args.triton:
         recording.set_environment(server=_server(args.triton, args.models))

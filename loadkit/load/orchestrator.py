@@ -60,6 +60,7 @@ from loadkit.load.live import LiveRunReader, LiveSnapshot
 from loadkit.load.metrics_endpoint import MetricsEndpoint
 from loadkit.load.progress import ProgressPrinter
 from loadkit.load.scenario import manifest_scenario
+from loadkit.placement import locate_target
 from loadkit.recording import Recording
 from loadkit.rundir import RunWriter
 
@@ -83,6 +84,7 @@ class TelemetryOptions:
     triton_url: str | None = None  # statistics API base URL (http://host:port)
     metrics_url: str | None = None  # Prometheus /metrics URL
     server_pid: int | None = None
+    server_host: str | None = None  # --server-host local|remote (None: from the address)
     extra: dict[str, Any] = field(default_factory=dict)  # passed through to SamplerSet.start
 
 
@@ -508,6 +510,13 @@ class LoadRun:
 
     def _prepare(self) -> None:
         o = self.options
+        t = o.telemetry
+        # Whether the target runs here (its flags checked before anything is tried).
+        location = locate_target(
+            self.target_url,
+            server_pid=t.server_pid if t is not None else None,
+            server_host=t.server_host if t is not None else None,
+        )
         check_reachable(self.target_url)
         # Describe the scenario and run the pre-flight (metadata, one request) in one child.
         info = describe_scenario(
@@ -545,6 +554,7 @@ class LoadRun:
             },
             slo=info.get("slo"),
             server=preflight["server"],
+            target_location=location,
             command_line=o.command_line,
         )
         self.writer = writer = recording.writer

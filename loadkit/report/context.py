@@ -22,9 +22,17 @@ from loadkit.analysis.model import (
     Finding,
     LatencyWindows,
     Overview,
+    SeriesPlace,
     SpikeEpisode,
     TelemetryWindows,
     WindowSeries,
+)
+from loadkit.analysis.places import (
+    series_places,
+    target_place,
+    target_sentence,
+    telemetry_sentence,
+    where,
 )
 from loadkit.report import formatting as fmt
 from loadkit.report.plots import (
@@ -83,6 +91,8 @@ def build_context(run: Run, analysis: Analysis) -> dict[str, Any]:
         "capacity": _capacity(analysis),
         "soak": _soak(analysis),
         "metadata": _metadata(run, analysis),
+        # Which machine each timeline comes from (empty: no telemetry, or an old analysis).
+        "places": _places(analysis),
         "model_configs": _model_configs(run),
         "notes": _notes(run, analysis),
         "figures": _figures(analysis),
@@ -578,6 +588,11 @@ def _metadata(run: Run, analysis: Analysis) -> list[dict[str, str]]:
         )
     )
     rows.append(("GPU", _gpu_text(gpu, analysis.run.gpu_kind)))
+    # Which machine each timeline comes from: analysis.json's, or (an analysis written
+    # before places were) the manifest's as the analysis would have read them.
+    places = analysis.run.sources or series_places(info)
+    location = analysis.run.target_location or target_place(info)
+    rows.append(("Target location", target_sentence(location).removeprefix("target: ")))
     if info.sources:
         rows.append(
             (
@@ -586,9 +601,10 @@ def _metadata(run: Run, analysis: Analysis) -> list[dict[str, str]]:
                     f"{s.name} every "
                     + ("n/a" if s.interval_s is None else f"{s.interval_s:g}")
                     + " s"
+                    + (f", sampled on {where(p)}" if p is not None else "")
                     + (" (simulated)" if s.simulated else "")
                     + (f" [{s.warning}]" if s.warning else "")
-                    for s in info.sources
+                    for s, p in zip(info.sources, _aligned(places, len(info.sources)), strict=True)
                 ),
             )
         )
@@ -600,6 +616,18 @@ def _metadata(run: Run, analysis: Analysis) -> list[dict[str, str]]:
         )
     )
     return [{"label": label, "value": value} for label, value in rows]
+
+
+def _places(analysis: Analysis) -> list[str]:
+    telemetry = telemetry_sentence(analysis.run)
+    if telemetry is None:
+        return []
+    return [target_sentence(analysis.run.target_location), telemetry]
+
+
+def _aligned(places: Sequence[SeriesPlace], n: int) -> list[SeriesPlace | None]:
+    """One place per manifest source (the analysis lists them in the manifest's order)."""
+    return list(places) if len(places) == n else [None] * n
 
 
 def _gpu_text(gpu: Gpu, gpu_kind: str) -> str:

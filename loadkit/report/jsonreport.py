@@ -57,6 +57,8 @@ def build_document(run: Run, analysis: Analysis, html_path: str | None = None) -
             "duration_s": a.run.duration_s,
             "gpu_kind": a.run.gpu_kind,
             "simulated": a.run.simulated,
+            "target_location": to_jsonable(a.run.target_location),
+            "sources": to_jsonable(a.run.sources),
             "loadkit_version": a.run.loadkit_version,
             "window_s": a.window_s,
         },

@@ -60,6 +60,9 @@ def render_context(ctx: dict[str, Any], html_url: str | None = None) -> str:
     simulated = " (simulated GPU)" if ctx["simulated"] else ""
     lines.append(f"Run {md_escape(ctx['run_id'])}{simulated}")
     lines.append("")
+    if ctx.get("places"):  # which machine each timeline comes from
+        for line in ctx["places"]:
+            lines += [md_escape(line), ""]
     if ctx.get("abort"):
         word = "ABORTED" if ctx["abort"]["by"] == "condition" else "INTERRUPTED"
         lines.append(f"**{word}** {md_escape(ctx['abort']['text'])}")

@@ -7,6 +7,9 @@ from __future__ import annotations
 #   2: long series (requests/, telemetry/) rolled into hourly segments, closed ones
 #      gzip-compressed (`<name>.seg<NNNN>.jsonl.gz`); the request sample's reservoir
 #      shrinks as the run grows. Version 1 directories read unchanged.
+#   2, extended (issue 41): `environment.target_location` and the sources' `place`,
+#      `host` and `parts` (optional keys: older readers ignore them; manifests
+#      without them read by the legacy rules of `schema._legacy_place`).
 SCHEMA_VERSION = 2
 KNOWN_SCHEMA_VERSIONS = (1, 2)
 

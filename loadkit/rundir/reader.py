@@ -502,6 +502,17 @@ class Run:
         """The files of one telemetry series, in time order (closed segments, then live)."""
         return list(self._series_files(TELEMETRY_DIR).get(source, []))
 
+    def place(self, series: str, field: str | None = None) -> str:
+        """Where a series (or one of its fields) was sampled: `server`, `client` or `unknown`.
+
+        `server`: the machine or container the target runs on; `client`: a machine
+        sending load. From the manifest's `sources` (docs/telemetry.md, "Where each
+        series was sampled"); a run recorded before places were, by the legacy rules
+        of docs/run-format.md. `field` matters for a series with parts (`host`'s
+        `server_*` and `cgroup_*` fields are the process part).
+        """
+        return self.info.place(series, field)
+
     def series(self, source: str) -> pd.DataFrame:
         """A telemetry series (`gpu`, `host`, `triton_stats`, ...); empty frame if absent."""
         cache: dict[str, pd.DataFrame] = self.__dict__.setdefault("_series_cache", {})

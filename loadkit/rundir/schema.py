@@ -7,7 +7,7 @@ builder) and the reader must agree on are defined here once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, TypedDict, cast
 
 # NVML's clock-event (throttle) reason bits, nvmlClocksEventReason*: gpu.jsonl holds
@@ -483,40 +483,180 @@ class Server:
         )
 
 
+# --- where a series was sampled (docs/telemetry.md, "Where each series was sampled") ---
+#
+# Every series has a place: `server` (the machine or container the target runs on) or
+# `client` (a machine sending load: loadkit's own, or a worker's). `unknown` is what a
+# manifest that did not record it reads as, where the legacy rules below cannot tell.
+PLACE_SERVER = "server"
+PLACE_CLIENT = "client"
+PLACE_UNKNOWN = "unknown"
+PLACES = (PLACE_SERVER, PLACE_CLIENT, PLACE_UNKNOWN)
+# Fields of a series sampled apart from the rest of it, by part name: the prefixes of its
+# columns. `host.jsonl`'s `process` part is one process tree and its cgroup (the server's
+# with --server-pid, else loadkit's own); its other fields describe the whole machine.
+SERIES_PARTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "host": {"process": ("server_", "cgroup_")},
+}
+# Sources read from the server itself (its statistics API, its /metrics endpoint):
+# `server` wherever loadkit ran, in manifests that did not record a place too.
+SERVER_SOURCES = frozenset({"triton_stats", "metrics"})
+
+
+def field_place(series: str, place: str, parts: Mapping[str, str], field_name: str | None) -> str:
+    """The place of a series' field: its part's (`SERIES_PARTS`) when it has one, else `place`."""
+    if field_name is not None:
+        for part, prefixes in SERIES_PARTS.get(series, {}).items():
+            if part in parts and field_name.startswith(prefixes):
+                return parts[part]
+    return place
+
+
+def _place(value: Any) -> str | None:
+    return value if value in PLACES else None
+
+
+@dataclass(frozen=True)
+class TargetLocation:
+    """`environment.target_location`: whether the target runs on the machine loadkit ran on.
+
+    `local`: True (same machine), False (another one), None (nothing to decide from, or
+    a manifest that did not record it). `how`: what decided it (`LOCATION_HOWS`).
+    `host`: the target machine's name (this machine's when local; the target's host
+    as given otherwise; null when unknown). `address`: the address that was compared,
+    when one was. Decided by `loadkit.placement.locate_target`.
+    """
+
+    local: bool | None
+    how: str
+    host: str | None = None
+    address: str | None = None
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> TargetLocation:
+        local = raw.get("local")
+        return cls(
+            local if isinstance(local, bool) else None,
+            _str(raw.get("how")) or LOCATION_NOT_RECORDED,
+            _str(raw.get("host")),
+            _str(raw.get("address")),
+        )
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"local": self.local, "how": self.how, "host": self.host, "address": self.address}
+
+    @property
+    def machine_place(self) -> str:
+        """The place of a series that describes loadkit's machine (its CPUs, its GPUs)."""
+        if self.local is None:
+            return PLACE_UNKNOWN
+        return PLACE_SERVER if self.local else PLACE_CLIENT
+
+
+# What decided `TargetLocation.local` (the manifest's `how`).
+LOCATION_LOOPBACK = "loopback address"
+LOCATION_THIS_HOST = "address of this host"
+LOCATION_OTHER_HOST = "address of another host"
+LOCATION_UNRESOLVED = "name not resolved"
+LOCATION_SERVER_PID = "--server-pid"
+LOCATION_SERVER_HOST = "--server-host"
+LOCATION_NO_TARGET = "no target address"
+LOCATION_NOT_RECORDED = "not recorded"
+LOCATION_HOWS = (
+    LOCATION_LOOPBACK,
+    LOCATION_THIS_HOST,
+    LOCATION_OTHER_HOST,
+    LOCATION_UNRESOLVED,
+    LOCATION_SERVER_PID,
+    LOCATION_SERVER_HOST,
+    LOCATION_NO_TARGET,
+    LOCATION_NOT_RECORDED,
+)
+NOT_RECORDED = TargetLocation(None, LOCATION_NOT_RECORDED)
+
+
 @dataclass(frozen=True)
 class Environment:
     host: Host
     gpu: Gpu
     server: Server
+    target_location: TargetLocation = NOT_RECORDED
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Environment:
+        location = raw.get("target_location")
         return cls(
             Host.from_dict(_dict(raw.get("host"))),
             Gpu.from_dict(_dict(raw.get("gpu"))),
             Server.from_dict(_dict(raw.get("server"))),
+            TargetLocation.from_dict(location) if isinstance(location, Mapping) else NOT_RECORDED,
         )
 
 
 @dataclass(frozen=True)
 class Source:
-    """One entry of `sources`: a telemetry source that ran."""
+    """One entry of `sources`: a telemetry source that ran (or was asked for and could not).
+
+    `place` and `host`: where it was sampled; `parts`: the place of a part of its fields
+    whose place differs (`SERIES_PARTS`). A manifest that did not record them gets them
+    from the legacy rules (`Manifest.from_dict`), with `place_inferred` set.
+    """
 
     name: str | None
     file: str | None
     interval_s: float | None
     simulated: bool
     warning: str | None
+    place: str = PLACE_UNKNOWN
+    host: str | None = None
+    parts: dict[str, str] = field(default_factory=dict)
+    place_inferred: bool = False
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Source:
+        place = _place(raw.get("place"))
+        parts = {str(k): p for k, v in _dict(raw.get("parts")).items() if (p := _place(v))}
         return cls(
             _str(raw.get("name")),
             _str(raw.get("file")),
             _number(raw.get("interval_s")),
             bool(raw.get("simulated")),
             _str(raw.get("warning")),
+            place or PLACE_UNKNOWN,
+            _str(raw.get("host")),
+            parts,
+            place_inferred=place is None,
         )
+
+    @property
+    def series(self) -> str | None:
+        """The series' name: the stem of `telemetry/<stem>.jsonl`, else the source's name."""
+        if self.file is not None:
+            return self.file.rsplit("/", 1)[-1].split(".", 1)[0]
+        return self.name
+
+    def place_of(self, field_name: str | None = None) -> str:
+        """The place of one of the series' fields (None: the series as a whole)."""
+        return field_place(self.name or "", self.place, self.parts, field_name)
+
+
+def _legacy_place(source: Source, kind: str, target: Target | None) -> Source:
+    """The place of a source in a manifest that did not record one (before issue 41).
+
+    Only what is certain without the command line: the server's own endpoints
+    (`SERVER_SOURCES`), the simulated GPU and anything sampled beside the embedded
+    target (it runs on loadkit's machine), and a production window's series (the
+    server's exporters) are `server`; everything else is `unknown`.
+    """
+    server = (
+        source.name in SERVER_SOURCES
+        or source.simulated
+        or kind == "production"
+        or (target is not None and target.embedded)
+    )
+    place = PLACE_SERVER if server else PLACE_UNKNOWN
+    parts = {part: place for part in SERIES_PARTS.get(source.name or "", {})}
+    return replace(source, place=place, parts=parts, place_inferred=True)
 
 
 @dataclass(frozen=True)
@@ -552,21 +692,24 @@ class Manifest:
     def from_dict(cls, raw: Mapping[str, Any]) -> Manifest:
         scenario, target = raw.get("scenario"), raw.get("target")
         slo, abort = raw.get("slo"), raw.get("abort")
+        kind = str(raw.get("kind", "load"))
+        target_info = Target.from_dict(target) if isinstance(target, Mapping) else None
+        sources = (Source.from_dict(s) for s in _list(raw.get("sources")) if isinstance(s, Mapping))
         return cls(
             schema_version=_int(raw.get("schema_version")),
             run_id=_str(raw.get("run_id")),
-            kind=str(raw.get("kind", "load")),
+            kind=kind,
             status=_str(raw.get("status")),
             start_ns=_int(raw.get("start_ns")),
             end_ns=_int(raw.get("end_ns")),
             command_line=tuple(str(a) for a in _list(raw.get("command_line"))),
             loadkit_version=_str(raw.get("loadkit_version")),
             scenario=Scenario.from_dict(scenario) if isinstance(scenario, Mapping) else None,
-            target=Target.from_dict(target) if isinstance(target, Mapping) else None,
+            target=target_info,
             slo=dict(slo) if isinstance(slo, Mapping) else None,
             environment=Environment.from_dict(_dict(raw.get("environment"))),
             sources=tuple(
-                Source.from_dict(s) for s in _list(raw.get("sources")) if isinstance(s, Mapping)
+                _legacy_place(s, kind, target_info) if s.place_inferred else s for s in sources
             ),
             notes=tuple(str(n) for n in _list(raw.get("notes"))),
             abort_on=tuple(str(c) for c in _list(raw.get("abort_on"))),
@@ -583,6 +726,17 @@ class Manifest:
     def simulated(self) -> bool:
         """GPU telemetry (or any source) was simulated."""
         return self.environment.gpu.kind == "simulated" or any(s.simulated for s in self.sources)
+
+    def source(self, series: str) -> Source | None:
+        """The `sources` entry of a series (`gpu`, `host`, `gpu-dmon`, ...): by file, else by name."""
+        entries = [s for s in self.sources if s.file is not None or s.warning is None]
+        found = next((s for s in entries if s.series == series), None)
+        return found or next((s for s in self.sources if s.name == series), None)
+
+    def place(self, series: str, field_name: str | None = None) -> str:
+        """Where a series (or one of its fields) was sampled: `server`, `client` or `unknown`."""
+        source = self.source(series)
+        return PLACE_UNKNOWN if source is None else source.place_of(field_name)
 
 
 MANIFEST_KEYS = tuple(f.name for f in fields(Manifest))
@@ -621,6 +775,7 @@ __all__ = [
     "RequestRow",
     "TritonStatsRow",
     "check_manifest",
+    "field_place",
     "delta_key",
     "required_fields",
     "row_fields",
@@ -633,6 +788,22 @@ __all__ = [
     "Server",
     "Source",
     "Target",
+    "TargetLocation",
+    "LOCATION_HOWS",
+    "LOCATION_LOOPBACK",
+    "LOCATION_NO_TARGET",
+    "LOCATION_NOT_RECORDED",
+    "LOCATION_OTHER_HOST",
+    "LOCATION_SERVER_HOST",
+    "LOCATION_SERVER_PID",
+    "LOCATION_THIS_HOST",
+    "LOCATION_UNRESOLVED",
+    "PLACES",
+    "PLACE_CLIENT",
+    "PLACE_SERVER",
+    "PLACE_UNKNOWN",
+    "SERIES_PARTS",
+    "SERVER_SOURCES",
     "CLOCK_EVENT_REASONS",
     "POWER_REASONS",
     "REASON_COLUMNS",

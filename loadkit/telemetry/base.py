@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from loadkit.errors import LoadkitError
+from loadkit.placement import server_machine, this_hostname
+from loadkit.rundir.schema import PLACE_SERVER, PLACE_UNKNOWN, TargetLocation
 
 log = logging.getLogger("loadkit.telemetry")
 
@@ -88,8 +90,39 @@ class SamplerOptions:
     metrics_url: str | None = None
     metrics_patterns: list[str] | None = None
     sim_gpu_state: Path | None = None
+    # Whether the target runs on this machine (loadkit.placement.locate_target); None:
+    # not decided (a caller that did not say), which makes this machine's series `unknown`.
+    target: TargetLocation | None = None
     # Options of any other source, by the name its `plan` reads (TelemetryOptions.extra).
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SourcePlace:
+    """Where a source's series is sampled: the manifest's `sources[].place`, `host`, `parts`.
+
+    `place`: `server` or `client` (`unknown` when the run did not decide where its
+    target is); `host`: that machine's name; `parts`: the place of a part of the
+    series' fields that differs (`loadkit.rundir.schema.SERIES_PARTS`).
+    """
+
+    place: str
+    host: str | None
+    parts: Mapping[str, str] = field(default_factory=dict)
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"place": self.place, "host": self.host, "parts": dict(self.parts)}
+
+
+def this_machine(options: SamplerOptions, **parts: str) -> SourcePlace:
+    """The place of a series sampled on this machine: the server's only when the target is here."""
+    place = options.target.machine_place if options.target is not None else PLACE_UNKNOWN
+    return SourcePlace(place, this_hostname(), parts)
+
+
+def the_server(options: SamplerOptions, url: str) -> SourcePlace:
+    """The place of a series the server itself answers (its statistics API, its /metrics)."""
+    return SourcePlace(PLACE_SERVER, server_machine(url, options.target))
 
 
 @dataclass(frozen=True)
@@ -98,12 +131,14 @@ class SourcePlan:
 
     `environment` is this source's part of the manifest's `environment` (the
     GPU's devices); `warning` a source that was asked for but cannot be read,
-    listed in the manifest's sources with no file.
+    listed in the manifest's sources with no file; `place` where its series is
+    (or would have been) sampled.
     """
 
     spec: SamplerSpec | None
     environment: Mapping[str, Any] | None = None
     warning: str | None = None
+    place: SourcePlace | None = None
 
 
 @dataclass(frozen=True)

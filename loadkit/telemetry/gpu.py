@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from loadkit.rundir.schema import GpuLimits, GpuRow, decode_reasons
+from loadkit.placement import remote_gpu_warning
+from loadkit.rundir.schema import PLACE_SERVER, GpuLimits, GpuRow, decode_reasons
 from loadkit.telemetry.base import (
     Row,
     Sampler,
@@ -26,6 +28,7 @@ from loadkit.telemetry.base import (
     SourceUnavailable,
     TelemetrySource,
     WarnOnce,
+    this_machine,
 )
 
 GPU_CHOICES = ("auto", "nvml", "sim", "none")
@@ -370,18 +373,27 @@ def _sim_sampler(spec: SamplerSpec) -> Sampler:
 
 
 def plan_gpu(options: SamplerOptions, interval_s: float) -> SourcePlan:
-    """environment.gpu and the GPU sampler for `--gpu auto|nvml|sim|none`."""
+    """environment.gpu and the GPU sampler for `--gpu auto|nvml|sim|none`.
+
+    This machine's GPUs are the server's only when the target runs here
+    (`options.target`): `auto` samples NVML then (and when nothing says where the
+    target is), never for a target on another machine; `nvml` samples what it was
+    asked to, as a `client` series when the target is elsewhere. The simulated GPU
+    belongs to the embedded target: `server`.
+    """
     from loadkit.telemetry.simgpu import SIM_GPU_STATE_FILE
 
     gpu, server_pid = options.gpu, options.server_pid
+    here = this_machine(options)
     if gpu == "none":
         return SourcePlan(None, {"kind": "none", "devices": []})
     if gpu == "sim":
         sim_state = options.sim_gpu_state
         state = Path(sim_state) if sim_state else Path(options.run_dir) / SIM_GPU_STATE_FILE
+        simulated = replace(here, place=PLACE_SERVER)
         devices, why = probe_fake_nvml(state)
         if devices is None:
-            return SourcePlan(None, {"kind": "none", "devices": []}, why)
+            return SourcePlan(None, {"kind": "none", "devices": []}, why, simulated)
         spec = SamplerSpec(
             "gpu",
             "gpu-sim",
@@ -389,14 +401,20 @@ def plan_gpu(options: SamplerOptions, interval_s: float) -> SourcePlan:
             {"state_path": str(state), "server_pid": server_pid},
             simulated=True,
         )
-        return SourcePlan(spec, {"kind": "simulated", "simulated": True, "devices": devices})
+        return SourcePlan(
+            spec, {"kind": "simulated", "simulated": True, "devices": devices}, place=simulated
+        )
+    target = options.target
+    if gpu == "auto" and target is not None and target.local is False:
+        # Not even probed: whatever NVML finds here is a load machine's GPU.
+        return SourcePlan(None, {"kind": "none", "devices": []}, remote_gpu_warning(target), here)
     devices, why = probe_nvml()
     if devices is None:
         # Even when NVML was asked for explicitly, a missing driver is a warning: the
         # rest of the run (latency, host, server telemetry) is still worth having.
-        return SourcePlan(None, {"kind": "none", "devices": []}, f"{why} [--gpu {gpu}]")
+        return SourcePlan(None, {"kind": "none", "devices": []}, f"{why} [--gpu {gpu}]", here)
     spec = SamplerSpec("gpu", "gpu-nvml", interval_s, {"server_pid": server_pid})
-    return SourcePlan(spec, {"kind": "nvml", "simulated": False, "devices": devices})
+    return SourcePlan(spec, {"kind": "nvml", "simulated": False, "devices": devices}, place=here)
 
 
 SOURCE = TelemetrySource(

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import psutil
 
-from loadkit.rundir.schema import HostRow, delta_key
+from loadkit.rundir.schema import PLACE_CLIENT, PLACE_SERVER, HostRow, delta_key
 from loadkit.telemetry.base import (
     Sampler,
     SamplerOptions,
@@ -26,6 +26,7 @@ from loadkit.telemetry.base import (
     SourcePlan,
     TelemetrySource,
     WarnOnce,
+    this_machine,
 )
 
 DEFAULT_HOST_INTERVAL_S = 0.5
@@ -409,8 +410,17 @@ def _host_sampler(spec: SamplerSpec) -> Sampler:
 
 
 def plan_host(options: SamplerOptions, interval_s: float) -> SourcePlan:
-    """The host is always sampled."""
-    return SourcePlan(SamplerSpec("host", "host", interval_s, {"server_pid": options.server_pid}))
+    """The host is always sampled.
+
+    Its machine-wide fields (per-core CPU, load, PSI, memory, TCP) are the server's
+    only when the target runs here; its `process` part (`server_*`, `cgroup_*`) is the
+    server's process tree with --server-pid, else loadkit's own process: `client`.
+    """
+    process = PLACE_SERVER if options.server_pid is not None else PLACE_CLIENT
+    return SourcePlan(
+        SamplerSpec("host", "host", interval_s, {"server_pid": options.server_pid}),
+        place=this_machine(options, process=process),
+    )
 
 
 SOURCE = TelemetrySource(

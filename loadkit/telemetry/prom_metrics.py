@@ -22,6 +22,7 @@ from loadkit.telemetry.base import (
     SourceUnavailable,
     TelemetrySource,
     WarnOnce,
+    the_server,
 )
 from loadkit.telemetry.http import HttpGetError, KeepAliveGetter
 
@@ -146,7 +147,10 @@ def plan_metrics(options: SamplerOptions, interval_s: float) -> SourcePlan:
         return SourcePlan(None)
     patterns = list(options.metrics_patterns or TRITON_PATTERNS)
     opts = {"url": options.metrics_url, "patterns": patterns}
-    return SourcePlan(SamplerSpec("metrics", "metrics", interval_s, opts))
+    return SourcePlan(
+        SamplerSpec("metrics", "metrics", interval_s, opts),
+        place=the_server(options, options.metrics_url),
+    )
 
 
 SOURCE = TelemetrySource(

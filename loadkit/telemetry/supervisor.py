@@ -25,7 +25,14 @@ from typing import Any
 from loadkit import lifeline
 from loadkit.errors import UsageError
 from loadkit.rundir.layout import TELEMETRY_DIR
-from loadkit.telemetry.base import SamplerOptions, SamplerSpec, SourcePlan
+from loadkit.rundir.schema import TargetLocation
+from loadkit.telemetry.base import (
+    SamplerOptions,
+    SamplerSpec,
+    SourcePlace,
+    SourcePlan,
+    this_machine,
+)
 from loadkit.telemetry.gpu import GPU_CHOICES
 from loadkit.telemetry.sources import DEFAULT_RATES_HZ, REGISTRY
 
@@ -96,6 +103,8 @@ class SamplerSet:
     environment: dict[str, Any] = field(default_factory=dict)
     # Sources asked for that cannot be read: (name, warning), listed with no file.
     unavailable: list[tuple[str, str]] = field(default_factory=list)
+    # Where each source's series is sampled (`sources[].place`, `host`, `parts`), by name.
+    places: dict[str, SourcePlace] = field(default_factory=dict)
     children: list[_Child] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -112,12 +121,17 @@ class SamplerSet:
         metrics_url: str | None = None,
         metrics_patterns: list[str] | None = None,
         sim_gpu_state: Path | None = None,
+        target_location: TargetLocation | None = None,
         **source_options: Any,
     ) -> SamplerSet:
         """Start the samplers for one run; returns while they start up.
 
         `rates` are in Hz per source name (`gpu`, `host`, `triton_stats`, `metrics`).
         `sim_gpu_state` (for `gpu="sim"`) defaults to `<run_dir>/sim_gpu_state.json`.
+        `target_location`: whether the target runs on this machine
+        (`loadkit.placement.locate_target`), which gives each series its place and
+        keeps `gpu="auto"` off this machine's GPUs for a target elsewhere; None
+        leaves this machine's series `unknown`.
         `source_options` are read by the `plan` of sources that take other options.
         """
         if gpu not in GPU_CHOICES:
@@ -136,13 +150,17 @@ class SamplerSet:
             metrics_url=metrics_url,
             metrics_patterns=metrics_patterns,
             sim_gpu_state=sim_gpu_state,
+            target=target_location,
             extra=source_options,
         )
         specs: list[SamplerSpec] = []
         warnings: list[str] = []
         environment: dict[str, Any] = {}
         unavailable: list[tuple[str, str]] = []
+        places: dict[str, SourcePlace] = {}
         for name, plan in plan_sources(options, sampling_rates(rates)):
+            # A source that does not say where it samples runs here, like its sampler.
+            places[name] = plan.place or this_machine(options)
             if plan.environment is not None:
                 environment[name] = dict(plan.environment)
             if plan.warning:
@@ -156,6 +174,7 @@ class SamplerSet:
             run_dir=run_dir,
             environment=environment,
             unavailable=unavailable,
+            places=places,
             warnings=warnings,
         )
         try:
@@ -254,6 +273,7 @@ class SamplerSet:
                     "interval_s": spec.interval_s,
                     "simulated": spec.simulated,
                     "warning": child.warning,
+                    **self._place(spec.source),
                 }
             )
         for name, warning in self.unavailable:
@@ -264,6 +284,11 @@ class SamplerSet:
                     "interval_s": None,
                     "simulated": False,
                     "warning": warning,
+                    **self._place(name),
                 }
             )
         return {**self.environment, "sources": sources}
+
+    def _place(self, name: str) -> dict[str, Any]:
+        place = self.places.get(name)
+        return place.to_manifest() if place is not None else {}

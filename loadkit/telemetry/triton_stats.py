@@ -30,6 +30,7 @@ from loadkit.telemetry.base import (
     SourceUnavailable,
     TelemetrySource,
     WarnOnce,
+    the_server,
 )
 from loadkit.telemetry.http import HttpGetError, KeepAliveGetter
 
@@ -225,7 +226,10 @@ def plan_triton_stats(options: SamplerOptions, interval_s: float) -> SourcePlan:
     if not options.triton_url:
         return SourcePlan(None)
     opts = {"url": options.triton_url, "models": options.triton_models}
-    return SourcePlan(SamplerSpec("triton_stats", "triton_stats", interval_s, opts))
+    return SourcePlan(
+        SamplerSpec("triton_stats", "triton_stats", interval_s, opts),
+        place=the_server(options, options.triton_url),
+    )
 
 
 SOURCE = TelemetrySource(

@@ -246,3 +246,32 @@ def test_an_import_is_a_recording_without_samplers(tmp_path: Path) -> None:
     manifest = _on_disk(joined)
     assert manifest["status"] == "complete"
     assert manifest["notes"][-1] == "joined"
+
+
+def test_the_target_location_is_recorded_and_handed_to_the_samplers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loadkit.rundir.schema import LOCATION_OTHER_HOST, TargetLocation
+    from loadkit.telemetry import supervisor
+
+    calls: list[dict[str, Any]] = []
+
+    def start(run_dir: Path, **keywords: Any) -> FakeSamplers:
+        calls.append(keywords)
+        return FakeSamplers([])
+
+    monkeypatch.setattr(supervisor.SamplerSet, "start", start)
+    # GIVEN a target on another machine
+    remote = TargetLocation(False, LOCATION_OTHER_HOST, "198.18.0.2", "198.18.0.2")
+    recording = _create(tmp_path, target_location=remote)
+    # THEN the manifest says so from the start, and the samplers are told
+    assert _on_disk(recording)["environment"]["target_location"] == {
+        "local": False,
+        "how": "address of another host",
+        "host": "198.18.0.2",
+        "address": "198.18.0.2",
+    }
+    recording.start_samplers(gpu="auto")
+    assert calls == [{"gpu": "auto", "target_location": remote}]
+    recording.finish()
+    assert load_run(recording.path).info.environment.target_location == remote

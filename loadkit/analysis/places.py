@@ -1,0 +1,112 @@
+"""Where each series was sampled, as the analysis hands it on (analysis.json's `run.sources`).
+
+Every telemetry series has a place: `server` (the machine or container the target
+runs on), `client` (a machine sending load) or `unknown` (a run that did not know
+where its target was, or one recorded before places were). The places come from the
+manifest (`loadkit.rundir.schema.Source`, decided at recording time by
+`loadkit.placement`); this module turns them into the analysis' model and the one
+line the summary and the report print, and answers "is this series the server's?"
+for whoever needs to ask (`place_of`, `is_server_side`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from loadkit.analysis.model import RunInfo, SeriesPlace, TargetPlace
+from loadkit.rundir.schema import PLACE_SERVER, PLACE_UNKNOWN, Manifest, field_place
+
+
+def target_place(info: Manifest) -> TargetPlace:
+    location = info.environment.target_location
+    return TargetPlace(location.local, location.how, location.host, location.address)
+
+
+def series_places(info: Manifest) -> tuple[SeriesPlace, ...]:
+    """Where each telemetry series of the run was sampled, from its manifest's `sources`."""
+    loadkit_host = info.environment.host.hostname
+    return tuple(
+        SeriesPlace(
+            name=s.series or "?",
+            place=s.place,
+            host=s.host,
+            loadkit_host=s.host is not None and s.host == loadkit_host,
+            parts=dict(s.parts),
+            recorded=not s.place_inferred,
+            file=s.file,
+            warning=s.warning,
+        )
+        for s in info.sources
+    )
+
+
+def place_of(places: Iterable[SeriesPlace], series: str, field: str | None = None) -> str:
+    """The place of a series (or of one of its fields: `host`'s `cgroup_*` are its process part).
+
+    The entry with a file wins over one that only says why there is none.
+    """
+    entries = [p for p in places if p.name == series]
+    entry = next((p for p in entries if p.file is not None), entries[0] if entries else None)
+    if entry is None:
+        return PLACE_UNKNOWN
+    return field_place(series, entry.place, entry.parts, field)
+
+
+def is_server_side(places: Iterable[SeriesPlace], series: str, field: str | None = None) -> bool:
+    """Whether a series (or field) was sampled on the server's machine (not `client`/`unknown`)."""
+    return place_of(places, series, field) == PLACE_SERVER
+
+
+def where(entry: SeriesPlace, *, say_inferred: bool = True) -> str:
+    """ "server: gpu-box", "client: loadgen-1, loadkit's machine; process part: server"."""
+    text = entry.place
+    if entry.host:
+        text += f": {entry.host}" + (", loadkit's machine" if entry.loadkit_host else "")
+    differing = {part: p for part, p in entry.parts.items() if p != entry.place}
+    for part, p in sorted(differing.items()):
+        text += f"; {part} part: {p}"
+    if say_inferred and not entry.recorded:
+        text += "; inferred"
+    return text
+
+
+def target_sentence(location: TargetPlace | None) -> str:
+    """ "target: not on loadkit's machine (address of another host 198.18.0.2)"."""
+    if location is None or location.how == "not recorded":
+        return "target: location not recorded"
+    if location.local is None:
+        where = "not known whether it ran on loadkit's machine"
+    else:
+        where = "on loadkit's machine" if location.local else "not on loadkit's machine"
+    said = " ".join(v for v in (location.how, location.address) if v)
+    return f"target: {where} ({said})"
+
+
+def telemetry_sentence(run: RunInfo) -> str | None:
+    """One line: each series and the machine it comes from; None when the run has none.
+
+    `telemetry: gpu (server: gpu-box), host (client: loadgen-1, loadkit's machine),
+    triton_stats (server: gpu-box)`; a source asked for and not recorded says so
+    (`gpu: not recorded`).
+    """
+    if not run.sources:
+        return None
+    # A run recorded before places were: said once, not after every series.
+    legacy = not any(s.recorded for s in run.sources)
+    recorded = [
+        f"{s.name} ({where(s, say_inferred=not legacy)})" for s in run.sources if s.file is not None
+    ]
+    missing = [f"{s.name}: not recorded" for s in run.sources if s.file is None]
+    head = "telemetry (places inferred: the run did not record them)" if legacy else "telemetry"
+    return f"{head}: " + ", ".join(recorded + missing)
+
+
+__all__ = [
+    "is_server_side",
+    "place_of",
+    "series_places",
+    "target_place",
+    "target_sentence",
+    "telemetry_sentence",
+    "where",
+]
