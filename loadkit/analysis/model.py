@@ -268,6 +268,21 @@ class LatencySummary:
 
 
 @dataclass(frozen=True)
+class StepLatency:
+    """A production window's latency as the exporter gave it: one value per step.
+
+    Quantiles of steps cannot be merged into the window's percentiles, so the
+    window is told by its median step and its worst step (the one the SLO verdict
+    judges), with the source named.
+    """
+
+    source: str  # e.g. "Triton summary quantiles (each over the last 60 s)"
+    step_s: float
+    median_ms: dict[str, float | None]  # by "p50", "p95", "p99", "p999", "mean"
+    worst_ms: dict[str, float | None]
+
+
+@dataclass(frozen=True)
 class OverallStats:
     """Whole-run totals and percentiles."""
 
@@ -287,6 +302,8 @@ class OverallStats:
     error_kinds: dict[str, int] = field(default_factory=dict)
     # The server's own words, first few distinct per error kind (from events.jsonl).
     error_messages: dict[str, list[str]] = field(default_factory=dict)
+    # Production windows only: what the exporter measured per step (`corrected` is unknown).
+    step_latency: StepLatency | None = None
 
 
 @dataclass(frozen=True)

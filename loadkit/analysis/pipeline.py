@@ -667,8 +667,8 @@ def judge(
     overall = _overall(run, aligned.load, aligned.corrected_h, aligned.service_h, start, end)
     thresholds, source = resolve_slo(slo, run.info.slo)
     if production.is_production(run):  # per-step quantiles: judged step by step
-        overall = production.with_server_totals(overall, run, aligned.grid)
         lat = aligned.windows.corrected
+        overall = production.with_server_totals(overall, run, aligned.grid, lat)
         steps = {"p50": lat.p50_ms, "p95": lat.p95_ms, "p99": lat.p99_ms, "p999": lat.p999_ms}
         verdict = step_verdict(thresholds, source, overall, steps, aligned.window_s)
     else:

@@ -25,13 +25,19 @@ from loadkit.analysis.align import (
     numeric,
     reduce_on_grid,
 )
-from loadkit.analysis.model import CauseCheck, LatencyWindows, OverallStats
+from loadkit.analysis.model import CauseCheck, LatencyWindows, OverallStats, StepLatency
 from loadkit.rundir import Run
 
 LATENCY_SERIES = "production_latency"
 # Quantile over the last minute (Triton's summaries: prometheus-cpp's default max_age).
 SUMMARY_SPAN_S = 60.0
 NOT_FROM_METRICS = "not assessable from metrics: needs {what}, which only a load test records"
+# What a window's latency values are, by `production.latency_source` (the importer's names).
+LATENCY_SOURCES = {
+    "triton-summary": f"Triton summary quantiles (each over the last {SUMMARY_SPAN_S:g} s)",
+    "app-histogram": "the application histogram (histogram_quantile per step)",
+    "triton-mean": "the mean per request from Triton's counters (no percentile is known)",
+}
 
 
 @dataclass(frozen=True)
@@ -153,12 +159,38 @@ def metrics_only_checks(checks: list[CauseCheck]) -> list[CauseCheck]:
     return out
 
 
-def with_server_totals(overall: OverallStats, run: Run, grid: WindowGrid) -> OverallStats:
+def latency_source(run: Run) -> str:
+    """What a production window's latency values are, in words."""
+    source = (run.info.production or {}).get("latency_source")
+    return LATENCY_SOURCES.get(str(source), f"the exporters ({source or 'source not recorded'})")
+
+
+def step_latency(run: Run, latency: LatencyWindows, step_s: float) -> StepLatency:
+    """The median and the worst step of each quantile the window has (and of the mean)."""
+    columns = {
+        "p50": latency.p50_ms,
+        "p95": latency.p95_ms,
+        "p99": latency.p99_ms,
+        "p999": latency.p999_ms,
+        "mean": latency.mean_ms or (),
+    }
+    median: dict[str, float | None] = {}
+    worst: dict[str, float | None] = {}
+    for name, values in columns.items():
+        known = np.array([v for v in values if v is not None], dtype=float)
+        median[name] = float(np.median(known)) if known.size else None
+        worst[name] = float(known.max()) if known.size else None
+    return StepLatency(latency_source(run), step_s, median, worst)
+
+
+def with_server_totals(
+    overall: OverallStats, run: Run, grid: WindowGrid, latency: LatencyWindows
+) -> OverallStats:
     """Completed, failed and the rate over the window, from Triton's own counters (a
-    production window has no load counters); the whole-window percentiles stay unknown:
-    quantiles of steps cannot be merged."""
+    production window has no load counters), and the latency per step; the whole-window
+    percentiles stay unknown: quantiles of steps cannot be merged."""
     if not run.has_series("triton_stats"):
-        return overall
+        return replace(overall, step_latency=step_latency(run, latency, grid.window_s))
     triton = run.series("triton_stats")
     model = (run.info.production or {}).get("model")
     if model is not None and "model" in triton.columns:
@@ -177,6 +209,7 @@ def with_server_totals(overall: OverallStats, run: Run, grid: WindowGrid) -> Ove
     duration = overall.duration_s
     return replace(
         overall,
+        step_latency=step_latency(run, latency, grid.window_s),
         ok=ok,
         errors=errors,
         completed=completed,

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from loadkit import percentile_names
 from loadkit.analysis import causes
-from loadkit.analysis.model import Analysis, Finding
+from loadkit.analysis.model import Analysis, Finding, OverallStats
 from loadkit.analysis.pipeline import analyze_run
 from loadkit.analysis.places import target_sentence, telemetry_sentence
 from loadkit.analysis.slo import DEFAULT_SLO, parse_slo
@@ -109,6 +110,27 @@ def _period_phrase(a: Analysis) -> str:
     return f", not periodic ({period.reason})"
 
 
+def _latency_line(o: OverallStats) -> str:
+    """The whole run's percentiles; a production window's per step, with their source."""
+    c = o.corrected
+    if o.step_latency is None:
+        return (
+            f"latency (corrected): p50 {_ms(c.p50_ms)}  p95 {_ms(c.p95_ms)}  "
+            f"p99 {_ms(c.p99_ms)}  p99.9 {_ms(c.p999_ms)}  max {_ms(c.max_ms)}"
+        )
+    s = o.step_latency
+    names = [n for n in ("p50", "p95", "p99", "p999", "mean") if s.worst_ms.get(n) is not None]
+    values = "  ".join(
+        f"{n if n == 'mean' else percentile_names.spoken(n)} "
+        f"{_ms(s.median_ms.get(n))} / {_ms(s.worst_ms.get(n))}"
+        for n in names
+    )
+    return (
+        f"latency ({s.source}; per {s.step_s:g} s step, median / worst): "
+        f"{values or 'no values in the window'}"
+    )
+
+
 def print_summary(analysis: Analysis, out: TextIO) -> None:
     """A compact human summary: verdict, headline numbers, top findings with evidence."""
     a = analysis
@@ -125,10 +147,7 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
     telemetry = telemetry_sentence(a.run)
     if telemetry is not None:  # which machine each timeline comes from
         w(f"{target_sentence(a.run.target_location)}\n{telemetry}\n")
-    w(
-        f"latency (corrected): p50 {_ms(o.corrected.p50_ms)}  p95 {_ms(o.corrected.p95_ms)}  "
-        f"p99 {_ms(o.corrected.p99_ms)}  p99.9 {_ms(o.corrected.p999_ms)}  max {_ms(o.corrected.max_ms)}\n"
-    )
+    w(_latency_line(o) + "\n")
     rate = f"{o.throughput_rps:.0f} req/s" if o.throughput_rps is not None else "n/a"
     err = f"{o.error_pct:.2f}%" if o.error_pct is not None else "n/a"
     w(f"throughput: {rate}  requests: {o.completed}  errors: {err}  dropped: {o.dropped}\n")

@@ -127,14 +127,11 @@ def _latency_note(analysis: Analysis, manifest: Manifest) -> str:
             "(measured from the intended send time)."
         )
     production = manifest.production or {}
-    source = {
-        "triton-summary": "Triton's summary quantiles (each over the last 60 s)",
-        "app-histogram": "the application's histogram (histogram_quantile per step)",
-        "triton-mean": "the mean per request from Triton's counters: no percentile is known",
-    }.get(str(production.get("latency_source")), "the exporters")
-    step = production.get("step_s")
+    latency = analysis.overall.step_latency
+    source = latency.source if latency is not None else "the exporters"
     return (
-        f"Production window from Prometheus at a {step} s step: latency from {source}, "
+        f"Production window from Prometheus at a {production.get('step_s')} s step: "
+        f"latency from {source}, "
         "measured by the server (no client or network time, not corrected for "
         "coordinated omission). Every series' source is in the notes."
     )

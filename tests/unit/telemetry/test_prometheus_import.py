@@ -9,6 +9,7 @@ A real Prometheus is in tests/integration/test_prometheus_import.py.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import threading
@@ -22,6 +23,7 @@ import pytest
 
 from loadkit.analysis.pipeline import analyze_run
 from loadkit.cli import main
+from loadkit.commands.analyze import print_summary
 from loadkit.errors import TargetError
 from loadkit.rundir import load_run
 from loadkit.telemetry.prometheus.client import MAX_POINTS, PrometheusClient
@@ -263,9 +265,14 @@ def test_only_counters_give_a_mean_labelled_as_a_mean_and_its_period(
     assert main(["report", str(tmp_path / "prod"), "--format", "md", "-o", str(out)]) == 0
     text = out.read_text()
     assert "Production window: ranker (from Prometheus)" in text
-    assert "the mean per request from Triton's counters: no percentile is known" in text
+    assert "the mean per request from Triton's counters (no percentile is known)" in text
     assert "MEAN spike episodes" in text
     assert "Latency percentiles are corrected for coordinated omission" not in text
+    summary = io.StringIO()
+    print_summary(analysis, summary)
+    line = next(x for x in summary.getvalue().splitlines() if x.startswith("latency"))
+    assert line.startswith("latency (the mean per request from Triton's counters")
+    assert " mean " in line and "p99" not in line
 
 
 def test_counter_reset_and_missed_scrapes_are_counted_and_handled(
@@ -329,6 +336,14 @@ def test_summaries_are_preferred_to_the_mean(fake: Any, tmp_path: Path) -> None:
     assert "above the threshold in" in p99.detail and "steps" in p99.detail
     assert verdict.summary.startswith("FAIL: p99 9ms > 8ms")
     assert analyze_run(run, slo={"p99_ms": 50.0}).verdict.passed
+    # AND the summary's latency line names its source and gives the steps' values
+    # (it said "latency (corrected): p50 n/a ... p99 n/a" beside "PASS: p99 9ms")
+    out = io.StringIO()
+    print_summary(analyze_run(run), out)
+    line = next(x for x in out.getvalue().splitlines() if x.startswith("latency"))
+    assert line.startswith("latency (Triton summary quantiles (each over the last 60 s); per ")
+    assert "p50 5.0 ms / 5.0 ms" in line and "p99 9.0 ms / 9.0 ms" in line
+    assert "corrected" not in line and "n/a" not in line
 
 
 def test_bad_input_is_exit_2(fake: Any, tmp_path: Path) -> None:
