@@ -3,6 +3,8 @@
 # loadkit and its dependencies (including the real tritonserver binary from the
 # nvidia-pytriton wheel), plus Debian's Chromium for the report screenshot test and
 # Debian's Prometheus + node-exporter for the `import --prometheus` test (--with-prometheus).
+# What is missing is installed side by side (Debian's packages, MLServer's venv and
+# loadkit's venv at once): on a fresh 2-core machine the three mostly wait on the network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,16 +14,6 @@ if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)
   echo "ERROR: loadkit needs Python 3.11 (the bundled Triton Python backend stub is built for it)" >&2
   echo "HINT: install python3.11 and run again, or set PYTHON=/path/to/python3.11" >&2
   exit 2
-fi
-
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
-fi
-stamp=.venv/.loadkit-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[target,dev]"
-  touch "$stamp"
 fi
 
 with_browser=0
@@ -35,41 +27,65 @@ for arg in "$@"; do
   esac
 done
 
+# Debian's packages the integration tests start: chromium (the report screenshot test),
+# prometheus and prometheus-node-exporter (the `import --prometheus` test).
+debian=()
+if [ "$with_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  debian+=(chromium)
+fi
+if [ "$with_prometheus" = 1 ]; then
+  command -v prometheus >/dev/null 2>&1 || debian+=(prometheus)
+  command -v prometheus-node-exporter >/dev/null 2>&1 || debian+=(prometheus-node-exporter)
+fi
+
+install_debian() {
+  echo "Installing Debian's ${debian[*]} for the integration tests..."
+  apt-get update -qq >/dev/null
+  # The packages would start system-wide daemons on :9090 and :9100; the tests start
+  # their own on ephemeral ports, so keep the services from starting (policy-rc.d, exit 101).
+  local made_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made_policy=1
+  fi
+  local rc=0
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${debian[@]}" >/dev/null || rc=$?
+  if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+  return "$rc"
+}
+
 # MLServer, a second real KServe v2 server for the integration tests, in its own
 # venv: it needs numpy 2 and its own protobuf/grpcio, loadkit pins numpy < 2.
-if [ "$with_mlserver" = 1 ] && [ ! -x .venv-mlserver/bin/mlserver ]; then
+install_mlserver() {
   echo "Installing MLServer 1.7.1 for the integration tests (.venv-mlserver)..."
   "$PY" -m venv .venv-mlserver
   .venv-mlserver/bin/python -m pip install --quiet "mlserver==1.7.1"
-fi
+}
 
-if [ "$with_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+pids=()
+if [ "${#debian[@]}" -gt 0 ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    echo "Installing Debian's chromium for the report screenshot test..."
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    install_debian &
+    pids+=($!)
   else
-    echo "NOTE: chromium is not installed; the report screenshot test will be skipped" >&2
-    echo "HINT: sudo apt-get install chromium" >&2
+    echo "NOTE: ${debian[*]} not installed; the tests that need them will be skipped" >&2
+    echo "HINT: sudo apt-get install ${debian[*]}" >&2
   fi
 fi
-
-# Debian's Prometheus and node-exporter, which the `import --prometheus` integration
-# test starts on 127.0.0.1 to scrape the embedded Triton.
-if [ "$with_prometheus" = 1 ] && { ! command -v prometheus >/dev/null 2>&1 || ! command -v prometheus-node-exporter >/dev/null 2>&1; }; then
-  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    echo "Installing Debian's prometheus and prometheus-node-exporter for the import test..."
-    apt-get update -qq >/dev/null
-    # The packages would start system-wide daemons on :9090 and :9100; the test starts its
-    # own on ephemeral ports, so keep the services from starting (policy-rc.d, exit 101).
-    made_policy=0
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made_policy=1
-    fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-node-exporter >/dev/null
-    if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
-  else
-    echo "NOTE: prometheus / prometheus-node-exporter are not installed; the import --prometheus test will be skipped" >&2
-    echo "HINT: sudo apt-get install prometheus prometheus-node-exporter" >&2
-  fi
+if [ "$with_mlserver" = 1 ] && [ ! -x .venv-mlserver/bin/mlserver ]; then
+  install_mlserver &
+  pids+=($!)
 fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.loadkit-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e ".[target,dev]"
+  touch "$stamp"
+fi
+
+for pid in "${pids[@]}"; do
+  wait "$pid"
+done
