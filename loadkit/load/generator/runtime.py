@@ -61,6 +61,7 @@ from loadkit.load.scenario import (
 )
 from loadkit.load.shapes import Phase
 from loadkit.load.sources import BlockEncoder, RequestPlan, RequestSource, build_source
+from loadkit.placement import locate_target
 from loadkit.recording import Recording
 from loadkit.rundir import append_event
 
@@ -193,6 +194,8 @@ class LoadRuntime:
                 "embedded": False,
             },
             slo=self.scenario.slo,
+            # as `loadkit run` decides it, from the address alone (no --server-pid here)
+            target_location=locate_target(host or None),
             command_line=list(sys.argv),
         )
         self.owned_run.add_note("recorded by `locust -f` without `loadkit run`")
