@@ -621,6 +621,7 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
         ),
         max_queue_size=aligned.max_queue_size,
         timeout_s=scenario_timeout_s(aligned.run),
+        places=series_places(aligned.run.info),
     )
     episodes = detected.episodes
     attribution = attr.attribute(signals, detected.episodes_for_primary, episodes)

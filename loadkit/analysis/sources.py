@@ -36,6 +36,7 @@ from loadkit.analysis.telemetry import (
     align_gpu,
     align_host,
     align_triton,
+    host_without,
 )
 
 
@@ -57,6 +58,10 @@ class AlignedSource:
     counter_resets: Callable[[Any], int] = lambda _: 0
     # Say "no <name> telemetry: causes that need it are not assessable" when absent.
     noted_when_missing: bool = True
+    # Its series without the fields of one part (`rundir.schema.SERIES_PARTS`; None: the
+    # fields outside every part), where that part was sampled on another machine than a
+    # reader wants (analysis/places.py, `sources_at`). None: the series has no parts.
+    without_part: Callable[[Any, str | None], Any] | None = None
 
 
 class SourceAccessors:
@@ -139,6 +144,7 @@ HOST = AlignedSource(
     lambda frame, grid, _: align_host(frame, grid),
     windows=_host_windows,
     counter_resets=lambda host: host.counter_resets,
+    without_part=host_without,
 )
 TRITON_STATS = AlignedSource(
     "triton_stats",
