@@ -100,9 +100,10 @@ def sampled_at(places: Iterable[SeriesPlace], name: str, side: str) -> bool:
 def sources_at(
     sources: Mapping[str, Any], places: Iterable[SeriesPlace], side: str
 ) -> dict[str, Any]:
-    """The aligned series sampled on `side`, each without its parts sampled on the other.
+    """The aligned series of the machine on `side`, each without its parts sampled elsewhere.
 
-    A series with no part on `side` is None, as if it had not been recorded.
+    A series with no part on `side` is None, as if it had not been recorded. The
+    server's own statistics (a source whose series describe no machine) stay.
     """
     places = tuple(places)
     out: dict[str, Any] = {}
@@ -110,7 +111,7 @@ def sources_at(
         entry = telemetry_sources.BY_NAME.get(name)
         parts = (None, *SERIES_PARTS.get(name, {}))
         elsewhere = [p for p in parts if side_of(part_place(places, name, p)) != side]
-        if series is None or not elsewhere:
+        if series is None or not elsewhere or (entry is not None and not entry.machine):
             out[name] = series
         elif len(elsewhere) == len(parts) or entry is None or entry.without_part is None:
             out[name] = None

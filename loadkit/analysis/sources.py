@@ -62,6 +62,10 @@ class AlignedSource:
     # fields outside every part), where that part was sampled on another machine than a
     # reader wants (analysis/places.py, `sources_at`). None: the series has no parts.
     without_part: Callable[[Any, str | None], Any] | None = None
+    # Its series describe the machine they were sampled on (gpu, host): a reader of the other
+    # machine's leaves them out. False: the server's own statistics, the server's whoever
+    # reads them (a load machine's cause splits the server's time from its own with them).
+    machine: bool = True
 
 
 class SourceAccessors:
@@ -151,6 +155,7 @@ TRITON_STATS = AlignedSource(
     lambda frame, grid, context: align_triton(frame, grid, context.model),
     windows=_triton_windows,
     counter_resets=lambda triton: triton.counter_resets,
+    machine=False,
 )
 
 
