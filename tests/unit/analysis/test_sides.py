@@ -217,3 +217,57 @@ def test_only_the_load_machine_s_cause_reads_the_load_machine():
         "cgroup_throttling": ("host.process",),
         "gpu_underused": ("gpu",),
     }
+
+
+# --- the verdicts about the server outside the causes ------------------------------------
+
+
+def test_a_hot_load_machine_gpu_raises_no_server_alert_and_shades_no_span(analyze_spec):
+    remote = analyze_spec(replace(demo_spec(1), target_local=False), "remote-gpu-thermal")
+    server = analyze_spec(
+        replace(demo_spec(1), target_local=True, server_pid=True), "server-thermal"
+    )
+    # GIVEN the same hot GPU: on the server's machine it alerts and shades the timeline ...
+    assert {"gpu_temp_throttling", "gpu_temp_high"} <= {x.name for x in server.alerts}
+    assert "gpu_thermal" in {i.kind for i in server.intervals}
+    # ... on the load machine it does neither (the injected faults stay shaded: ground truth)
+    assert not [x for x in remote.alerts if x.name.startswith("gpu_")], remote.alerts
+    assert {i.kind for i in remote.intervals} == {"fault:thermal-throttle"}
+
+
+MIB = 2**20
+LEAK = RunSpec(
+    duration_s=660, rate_rps=5, gpu_interval_s=1.0, rss_drift_bytes_per_s=400 * MIB / 3600
+)
+
+
+def _leak(tmp_path: Path, spec: RunSpec, host: dict[str, Any] | None = None) -> Analysis:
+    """A soak whose `server_rss_bytes` grow, on a 64 GiB loadkit machine; `host`: the host
+    source's place as recorded instead (e.g. the server's exporter scraped)."""
+    path = write_run(spec, tmp_path, run_id="leak")
+    manifest: dict[str, Any] = json.loads((path / MANIFEST_FILE).read_text())
+    manifest["environment"]["host"]["memory_bytes"] = 64 * 2**30
+    for source in manifest["sources"]:
+        if source["name"] == "host" and host is not None:
+            source.update(host)
+    write_manifest(path, manifest)
+    return analyze_run(load_run(path))
+
+
+def _drifts(a: Analysis) -> dict[str, dict[str, float | None]]:
+    assert a.soak is not None
+    return {f.drift: {e.name: e.value for e in f.evidence} for f in a.soak.findings}
+
+
+def test_memory_drift_reads_the_server_s_process_and_its_machine_s_memory(tmp_path):
+    # GIVEN the server here (--server-pid): its RSS grows, and fills this machine's memory
+    here = _drifts(_leak(tmp_path / "here", replace(LEAK, target_local=True, server_pid=True)))
+    assert here["server_memory_growth"]["hours_to_host_memory"] is not None
+    # GIVEN a target elsewhere: the process part is loadkit's own, not the server's
+    remote = _leak(tmp_path / "remote", replace(LEAK, target_local=False))
+    assert "server_memory_growth" not in _drifts(remote)
+    # GIVEN the server's host series from its own machine (an exporter on it): its RSS grows,
+    # but loadkit's machine's memory says nothing of when it fills the server's
+    scraped = {"place": "server", "host": "198.18.0.2", "parts": {"process": "server"}}
+    there = _drifts(_leak(tmp_path / "there", replace(LEAK, target_local=False), scraped))
+    assert "hours_to_host_memory" not in there["server_memory_growth"]
