@@ -790,13 +790,8 @@ def _knee(
 def _soak(aligned: Aligned) -> SoakDrift | None:
     """Drift over a long run: latency floor, throughput, memory."""
     server = _server_side(aligned)
-    gpu, host, triton, window_s = (
-        server.get("gpu"),
-        server.get("host"),
-        aligned.triton,
-        aligned.window_s,
-    )
-    info = aligned.run.info
+    gpu, host, triton = server.get("gpu"), server.get("host"), aligned.triton
+    window_s, info = aligned.window_s, aligned.run.info
     # Hours to fill the host's memory: loadkit's machine's, so only when the server runs here
     # (or nobody knows: as before places were).
     local = info.environment.target_location.local
@@ -823,6 +818,7 @@ def _capacity(aligned: Aligned) -> CapacityResult:
     run = aligned.run
     settings = dict(run.info.capacity or {})
     model = model_config(run).name
+    server = _server_side(aligned)  # "limited by" the server's GPU, quota or CPU only
     return capacity_result(
         settings,
         probes_from_events(run.events, aligned.start_ns),
@@ -830,8 +826,8 @@ def _capacity(aligned: Aligned) -> CapacityResult:
         window_s=aligned.window_s,
         triton_rows=run.series("triton_stats") if run.has_series("triton_stats") else None,
         triton=aligned.triton,
-        host=_server_side(aligned).get("host"),
-        gpu=_server_side(aligned).get("gpu"),
+        host=server.get("host"),
+        gpu=server.get("gpu"),
         model=model,
         instances=instance_count(run, model),
         max_batch_size=aligned.max_batch_size,
@@ -862,7 +858,7 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
     attributed = attribute(aligned, detected)
     analysis = judge(aligned, detected, attributed, slo)
     # Figure values (aligned signals, batch sizes per phase, shaded intervals, CPU per core).
-    server = _server_side(aligned)  # the spans a timeline shades are the server causes'
+    server = _server_side(aligned)  # the spans a timeline shades: the server causes' own
     return with_figure_values(
         analysis, aligned.grid, run, server.get("gpu"), server.get("host"), detected.warmup_end_ns
     )
