@@ -16,6 +16,11 @@ effect size is reported and the evidence numbers. The shared statistics
 
 Queue time and latency are symptoms and never a cause; they appear only as
 evidence (e.g. "queue time far above the batching window").
+
+Each cause reads the telemetry of one machine (`signals_for`): a server cause only
+what was sampled on the server's side, a cause of the load machine only what was
+sampled there. One whose series were all sampled on the other side is not
+assessable, saying so, before it is scored.
 """
 
 from __future__ import annotations
@@ -30,9 +35,18 @@ from scipy import stats
 
 from loadkit.analysis.breakdown import baseline_medians, episode_mask, growth
 from loadkit.analysis.causes import BY_ID, ERRORS, REGISTRY, STANDING, UNEXPLAINED, Cause
-from loadkit.analysis.causes.base import Signals, Signature, components, error_spans
+from loadkit.analysis.causes.base import (
+    NO_CLIENT_TELEMETRY,
+    NO_SERVER_TELEMETRY,
+    Signals,
+    Signature,
+    components,
+    error_spans,
+    na,
+)
 from loadkit.analysis.model import CONFIDENCES, CauseCheck, Evidence, Finding, SpikeEpisode
 from loadkit.analysis.noise import EFFECT_MOVED, cliffs_delta
+from loadkit.analysis.places import sampled_at
 
 LEAD_WINDOWS = 2
 # Left out of the baseline on each side of an episode (its onset and its recovery): in
@@ -161,6 +175,28 @@ def confidence(
     if coincidence >= 0.3 and (lift is None or lift >= 2.0 or clear_effect):
         return "weak"
     return None
+
+
+def signals_for(cause: Cause, sig: Signals) -> Signals | str:
+    """The signals `cause` reads (its side's telemetry, `Cause.side`), or why it is not assessable.
+
+    Not assessable where the series it needs (`server_series`, `client_series`) were
+    recorded, each of them on the other side: a load machine's cgroup never stands in
+    for the server's. A series not recorded at all is left to the cause's own reason.
+    """
+    needs = cause.client_series or cause.server_series
+    recorded = [n for n in needs if sig.sources.get(n.partition(".")[0]) is not None]
+    if recorded and not any(sampled_at(sig.places, n, cause.side) for n in recorded):
+        return NO_CLIENT_TELEMETRY if cause.client_series else NO_SERVER_TELEMETRY
+    return sig.seen_from(cause.side)
+
+
+def signature_of(cause: Cause, sig: Signals, baseline: np.ndarray) -> Signature:
+    """`cause`'s signature on the telemetry of its side (`signals_for`)."""
+    seen = signals_for(cause, sig)
+    if isinstance(seen, str):
+        return na(cause.id, seen)
+    return cause.signature(seen, baseline)
 
 
 @dataclass
@@ -444,7 +480,7 @@ def attribute(
         windows: Sequence[np.ndarray | None] | None = None,
     ) -> None:
         for cause in cause_list:
-            signature = cause.signature(sig, baseline)
+            signature = signature_of(cause, sig, baseline)
             if cause.kind == STANDING:  # never a spike cause, whatever its share
                 signature.run_level = signature.standing = True
             if cap is not None:
@@ -551,4 +587,6 @@ __all__ = [
     "reach",
     "remainders",
     "score",
+    "signals_for",
+    "signature_of",
 ]

@@ -65,7 +65,7 @@ from loadkit.analysis.percentiles import (
     window_percentiles,
 )
 from loadkit.analysis.periodicity import detect_periodicity, run_period
-from loadkit.analysis.places import series_places, target_place
+from loadkit.analysis.places import SERVER_SIDE, series_places, sources_at, target_place
 from loadkit.analysis.recovery import BurstPhase, burst_recovery, rolling_p99
 from loadkit.analysis.slo import DEFAULT_SLO, resolve_slo, slo_verdict, step_verdict
 from loadkit.analysis.telemetry import (
@@ -621,6 +621,7 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
         ),
         max_queue_size=aligned.max_queue_size,
         timeout_s=scenario_timeout_s(aligned.run),
+        places=series_places(aligned.run.info),
     )
     episodes = detected.episodes
     attribution = attr.attribute(signals, detected.episodes_for_primary, episodes)
@@ -717,9 +718,16 @@ def judge(
     )
 
 
+def _server_side(aligned: Aligned) -> dict[str, Any]:
+    """The run's aligned series as the server's machine saw them (`places.sources_at`): the
+    verdicts about the server (GPU alerts, capacity's limit, memory drift, timeline spans)
+    never read a load machine's GPU or cgroup (series of unknown place read as before)."""
+    return sources_at(aligned.sources, series_places(aligned.run.info), SERVER_SIDE)
+
+
 def _alerts(aligned: Aligned, attributed: Attributed) -> list[Alert]:
     """Threshold alerts on the windows, and the generator falling behind its schedule."""
-    gpu, grid = aligned.gpu, aligned.grid
+    gpu, grid = _server_side(aligned).get("gpu"), aligned.grid
     found = alerts(
         grid.starts_ns,
         aligned.window_s,
@@ -781,7 +789,12 @@ def _knee(
 
 def _soak(aligned: Aligned) -> SoakDrift | None:
     """Drift over a long run: latency floor, throughput, memory."""
-    gpu, host, triton, window_s = aligned.gpu, aligned.host, aligned.triton, aligned.window_s
+    server = _server_side(aligned)
+    gpu, host, triton = server.get("gpu"), server.get("host"), aligned.triton
+    window_s, info = aligned.window_s, aligned.run.info
+    # Hours to fill the host's memory: loadkit's machine's, so only when the server runs here
+    # (or nobody knows: as before places were).
+    local = info.environment.target_location.local
     return soak_drift(
         SoakSignals(
             t_s=aligned.grid.starts_s,
@@ -794,7 +807,7 @@ def _soak(aligned: Aligned) -> SoakDrift | None:
             gpu_mem_used_bytes=gpu.mem_used_bytes if gpu else None,
             gpu_mem_total_bytes=gpu.mem_total_bytes if gpu else None,
             server_rss_bytes=host.server_rss_bytes if host else None,
-            host_memory_bytes=aligned.run.info.environment.host.memory_bytes,
+            host_memory_bytes=info.environment.host.memory_bytes if local is not False else None,
             compute_ms_per_request=triton.compute_ms_per_request if triton else None,
         )
     )
@@ -805,6 +818,7 @@ def _capacity(aligned: Aligned) -> CapacityResult:
     run = aligned.run
     settings = dict(run.info.capacity or {})
     model = model_config(run).name
+    server = _server_side(aligned)  # "limited by" the server's GPU, quota or CPU only
     return capacity_result(
         settings,
         probes_from_events(run.events, aligned.start_ns),
@@ -812,8 +826,8 @@ def _capacity(aligned: Aligned) -> CapacityResult:
         window_s=aligned.window_s,
         triton_rows=run.series("triton_stats") if run.has_series("triton_stats") else None,
         triton=aligned.triton,
-        host=aligned.host,
-        gpu=aligned.gpu,
+        host=server.get("host"),
+        gpu=server.get("gpu"),
         model=model,
         instances=instance_count(run, model),
         max_batch_size=aligned.max_batch_size,
@@ -844,8 +858,9 @@ def analyze_run(run: Run, slo: Mapping[str, float] | None = None) -> Analysis:
     attributed = attribute(aligned, detected)
     analysis = judge(aligned, detected, attributed, slo)
     # Figure values (aligned signals, batch sizes per phase, shaded intervals, CPU per core).
+    server = _server_side(aligned)  # the spans a timeline shades: the server causes' own
     return with_figure_values(
-        analysis, aligned.grid, run, aligned.gpu, aligned.host, detected.warmup_end_ns
+        analysis, aligned.grid, run, server.get("gpu"), server.get("host"), detected.warmup_end_ns
     )
 
 

@@ -7,14 +7,33 @@ manifest (`loadkit.rundir.schema.Source`, decided at recording time by
 `loadkit.placement`); this module turns them into the analysis' model and the one
 line the summary and the report print, and answers "is this series the server's?"
 for whoever needs to ask (`place_of`, `is_server_side`).
+
+The causes read the telemetry of one side (`sources_at`): a server cause the series
+sampled on the server's machine, and those of unknown place (an older run, an imported
+file: read as they were before places were); a cause of the load machine itself, the
+series sampled on a load machine (`client`). A series whose part was sampled elsewhere
+(`host`'s process part) loses that part's fields.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
+from loadkit.analysis import sources as telemetry_sources
 from loadkit.analysis.model import RunInfo, SeriesPlace, TargetPlace
-from loadkit.rundir.schema import PLACE_SERVER, PLACE_UNKNOWN, Manifest, field_place
+from loadkit.rundir.schema import (
+    PLACE_CLIENT,
+    PLACE_SERVER,
+    PLACE_UNKNOWN,
+    SERIES_PARTS,
+    Manifest,
+    field_place,
+)
+
+# The two sides a reader can want: the server's machine, or a machine sending load.
+SERVER_SIDE = PLACE_SERVER
+CLIENT_SIDE = PLACE_CLIENT
 
 
 def target_place(info: Manifest) -> TargetPlace:
@@ -40,16 +59,67 @@ def series_places(info: Manifest) -> tuple[SeriesPlace, ...]:
     )
 
 
-def place_of(places: Iterable[SeriesPlace], series: str, field: str | None = None) -> str:
-    """The place of a series (or of one of its fields: `host`'s `cgroup_*` are its process part).
-
-    The entry with a file wins over one that only says why there is none.
-    """
+def _entry(places: Iterable[SeriesPlace], series: str) -> SeriesPlace | None:
+    """A series' entry: the one with a file wins over one that only says why there is none."""
     entries = [p for p in places if p.name == series]
-    entry = next((p for p in entries if p.file is not None), entries[0] if entries else None)
+    return next((p for p in entries if p.file is not None), entries[0] if entries else None)
+
+
+def place_of(places: Iterable[SeriesPlace], series: str, field: str | None = None) -> str:
+    """The place of a series (or of one of its fields: `host`'s `cgroup_*` are its process part)."""
+    entry = _entry(places, series)
     if entry is None:
         return PLACE_UNKNOWN
     return field_place(series, entry.place, entry.parts, field)
+
+
+def part_place(places: Iterable[SeriesPlace], series: str, part: str | None = None) -> str:
+    """The place of one part of a series (`SERIES_PARTS`: host's `process`); None: the rest of it."""
+    entry = _entry(places, series)
+    if entry is None:
+        return PLACE_UNKNOWN
+    return entry.place if part is None else entry.parts.get(part, entry.place)
+
+
+def side_of(place: str) -> str:
+    """Whose machine a series of this place describes, as the causes read it.
+
+    `unknown` reads as the server's: a run that did not know where its target was,
+    or one recorded before places were, is analyzed as it always was.
+    """
+    return CLIENT_SIDE if place == PLACE_CLIENT else SERVER_SIDE
+
+
+def sampled_at(places: Iterable[SeriesPlace], name: str, side: str) -> bool:
+    """Whether a series (`gpu`) or a part of it (`host.process`; `host`: the machine's part)
+    was sampled on `side` (unknown counts as the server's: `side_of`)."""
+    series, _, part = name.partition(".")
+    return side_of(part_place(places, series, part or None)) == side
+
+
+def sources_at(
+    sources: Mapping[str, Any], places: Iterable[SeriesPlace], side: str
+) -> dict[str, Any]:
+    """The aligned series of the machine on `side`, each without its parts sampled elsewhere.
+
+    A series with no part on `side` is None, as if it had not been recorded. The
+    server's own statistics (a source whose series describe no machine) stay.
+    """
+    places = tuple(places)
+    out: dict[str, Any] = {}
+    for name, series in sources.items():
+        entry = telemetry_sources.BY_NAME.get(name)
+        parts = (None, *SERIES_PARTS.get(name, {}))
+        elsewhere = [p for p in parts if side_of(part_place(places, name, p)) != side]
+        if series is None or not elsewhere or (entry is not None and not entry.machine):
+            out[name] = series
+        elif len(elsewhere) == len(parts) or entry is None or entry.without_part is None:
+            out[name] = None
+        else:
+            for part in elsewhere:
+                series = entry.without_part(series, part)
+            out[name] = series
+    return out
 
 
 def is_server_side(places: Iterable[SeriesPlace], series: str, field: str | None = None) -> bool:
@@ -102,9 +172,15 @@ def telemetry_sentence(run: RunInfo) -> str | None:
 
 
 __all__ = [
+    "CLIENT_SIDE",
+    "SERVER_SIDE",
     "is_server_side",
+    "part_place",
     "place_of",
+    "sampled_at",
     "series_places",
+    "side_of",
+    "sources_at",
     "target_place",
     "target_sentence",
     "telemetry_sentence",

@@ -36,6 +36,7 @@ from loadkit.analysis.telemetry import (
     align_gpu,
     align_host,
     align_triton,
+    host_without,
 )
 
 
@@ -57,6 +58,14 @@ class AlignedSource:
     counter_resets: Callable[[Any], int] = lambda _: 0
     # Say "no <name> telemetry: causes that need it are not assessable" when absent.
     noted_when_missing: bool = True
+    # Its series without the fields of one part (`rundir.schema.SERIES_PARTS`; None: the
+    # fields outside every part), where that part was sampled on another machine than a
+    # reader wants (analysis/places.py, `sources_at`). None: the series has no parts.
+    without_part: Callable[[Any, str | None], Any] | None = None
+    # Its series describe the machine they were sampled on (gpu, host): a reader of the other
+    # machine's leaves them out. False: the server's own statistics, the server's whoever
+    # reads them (a load machine's cause splits the server's time from its own with them).
+    machine: bool = True
 
 
 class SourceAccessors:
@@ -139,12 +148,14 @@ HOST = AlignedSource(
     lambda frame, grid, _: align_host(frame, grid),
     windows=_host_windows,
     counter_resets=lambda host: host.counter_resets,
+    without_part=host_without,
 )
 TRITON_STATS = AlignedSource(
     "triton_stats",
     lambda frame, grid, context: align_triton(frame, grid, context.model),
     windows=_triton_windows,
     counter_resets=lambda triton: triton.counter_resets,
+    machine=False,
 )
 
 

@@ -9,7 +9,8 @@ caller states "not assessable: no <source> data" for causes that need it.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -250,6 +251,53 @@ class HostSeries:
     # (the kernel's schedstat run delay, summed over threads): starvation itself. A
     # stopped server is not runnable and does not wait. None where not recorded.
     server_run_delay_ms_per_s: np.ndarray | None = None
+
+
+# The fields of each part of the host series (rundir.schema.SERIES_PARTS): `process` is one
+# process tree and its cgroup (the server's with --server-pid, else loadkit's own), `None`
+# the machine's cores, pressure and TCP opens. A part sampled elsewhere than the machine a
+# reader wants is blanked (`host_without`): series NaN (or None), flags off.
+HOST_PARTS: dict[str | None, tuple[str, ...]] = {
+    None: (
+        "cpu_core_max_pct",
+        "cpu_mean_pct",
+        "busy_core_frac",
+        "idle_cores",
+        "psi_some_avg10",
+        "tcp_new_connections_per_s",
+        "has_per_core",
+        "has_tcp",
+        "cpu_contention",
+    ),
+    "process": (
+        "cgroup_throttled_pct",
+        "cgroup_throttled_ms_per_s",
+        "server_rss_bytes",
+        "server_new_connections_per_s",
+        "has_cgroup",
+        "has_server_tcp",
+        "server_preemptions_per_cpu_s",
+        "server_run_delay_ms_per_s",
+    ),
+}
+
+
+# Fields that are None where not recorded (readers test `is None`, not NaN).
+_HOST_OPTIONAL = frozenset(f.name for f in fields(HostSeries) if f.default is None)
+
+
+def host_without(host: HostSeries, part: str | None) -> HostSeries:
+    """`host` without the fields of one part (`HOST_PARTS`; None: the machine's)."""
+    blank: dict[str, Any] = {}
+    for name in HOST_PARTS[part]:
+        value = getattr(host, name)
+        if isinstance(value, bool):
+            blank[name] = False
+        elif value is not None and name not in _HOST_OPTIONAL:
+            blank[name] = np.full(len(value), np.nan)
+        else:
+            blank[name] = None
+    return replace(host, **blank)
 
 
 def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:

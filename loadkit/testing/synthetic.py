@@ -107,6 +107,10 @@ class RunSpec:
     clock_drops: tuple[ClockDrop, ...] = ()
     cpu_saturations: tuple[FaultWindow, ...] = ()  # strength: mean extra client delay, ms
     cgroup_quotas: tuple[FaultWindow, ...] = ()  # strength: server slowdown factor - 1
+    # The load machine's container capped (loadkit's own cgroup): strength = mean extra
+    # client delay, ms, as `cpu_saturations`; the host series' cgroup counters throttle,
+    # its cores stay idle, the server is untouched.
+    client_quotas: tuple[FaultWindow, ...] = ()
     churns: tuple[FaultWindow, ...] = ()  # strength: probability a request opens a connection
     stalls: tuple[FaultWindow, ...] = ()  # server process stopped (SIGSTOP)
     # the model itself slows (GC, data-dependent work): compute x strength, no telemetry signal
@@ -140,6 +144,14 @@ class RunSpec:
     # server's own priority gets its fair share: 1.5-2x; one at nice -10: 7-27x).
     run_delay_ms_per_s: float | None = None
     run_delay_rise: float = 1.0
+    # Where the target ran (docs/telemetry.md, "Where each series was sampled"). None: the
+    # manifest records no places (the legacy rules read every series of the embedded
+    # target's run as the server's). True: the target on this machine; False: on another
+    # (TARGET_HOST), this machine being the load machine (LOAD_HOST). The series are placed
+    # as a recording places them: gpu and host on this machine, host's process part the
+    # server's only with `server_pid`, triton_stats the server's.
+    target_local: bool | None = None
+    server_pid: bool = False
 
 
 def periodic_clock_drops(
@@ -244,7 +256,7 @@ def simulate(spec: RunSpec) -> Simulated:
     # Client side: CPU saturation delays the send and the handling of the response.
     client_extra = np.zeros(n)
     for i, t in enumerate(intended):
-        sat = _in_any(t, spec.cpu_saturations)
+        sat = _in_any(t, spec.cpu_saturations) or _in_any(t, spec.client_quotas)
         if sat:
             client_extra[i] = rng.exponential(sat.strength / 1000.0)
     conn_new = np.zeros(n, dtype=bool)
@@ -566,7 +578,7 @@ def _write_host(
     for k in range(n):
         t0 = k * spec.host_interval_s
         sat = _in_any(t0, spec.cpu_saturations)
-        quota = _in_any(t0, spec.cgroup_quotas)
+        quota = _in_any(t0, spec.cgroup_quotas) or _in_any(t0, spec.client_quotas)
         if sat:
             cores = rng.uniform(96.0, 100.0, spec.cores)
         else:
@@ -669,6 +681,45 @@ def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_
     out.close()
 
 
+# The machines of a run with places (`RunSpec.target_local`): the target's, when it is not
+# this one, and this one (the load machine) then.
+TARGET_HOST = "198.18.0.2"
+LOAD_HOST = "loadgen-1"
+
+
+def _hostname(spec: RunSpec) -> str:
+    return LOAD_HOST if spec.target_local is False else "synthetic"
+
+
+def _target_location(spec: RunSpec) -> dict[str, Any]:
+    """The manifest's `environment.target_location` ({} without places: not recorded)."""
+    if spec.target_local is None:
+        return {}
+    if spec.target_local:
+        how = "--server-pid" if spec.server_pid else "loopback address"
+        where = {"local": True, "how": how, "host": _hostname(spec), "address": "127.0.0.1"}
+    else:
+        where = {
+            "local": False,
+            "how": "address of another host",
+            "host": TARGET_HOST,
+            "address": TARGET_HOST,
+        }
+    return {"target_location": where}
+
+
+def _place(spec: RunSpec, source: str) -> dict[str, Any]:
+    """A source's `place`, `host` and `parts` as a recording writes them ({}: none recorded)."""
+    if spec.target_local is None:
+        return {}
+    here = "server" if spec.target_local else "client"
+    if source == "triton_stats":
+        host = _hostname(spec) if spec.target_local else TARGET_HOST
+        return {"place": "server", "host": host, "parts": {}}
+    parts = {"process": "server" if spec.server_pid else "client"} if source == "host" else {}
+    return {"place": here, "host": _hostname(spec), "parts": parts}
+
+
 def write_run(
     spec: RunSpec,
     out_dir: str | Path,
@@ -688,14 +739,14 @@ def write_run(
             "params": {"rate_rps": spec.rate_rps, "timeout_s": spec.timeout_s},
         },
         target={
-            "url": "http://127.0.0.1:8000",
+            "url": f"http://{TARGET_HOST if spec.target_local is False else '127.0.0.1'}:8000",
             "protocol": "http",
             "model": "ranker",
-            "embedded": True,
+            "embedded": spec.target_local is None,
         },
         slo=spec.slo,
         environment={
-            "host": {"hostname": "synthetic", "cores_logical": spec.cores},
+            "host": {"hostname": _hostname(spec), "cores_logical": spec.cores},
             "gpu": {
                 "kind": spec.gpu_kind,
                 "devices": [{"index": 0, "name": "Simulated GPU", "sm_clock_max_mhz": 1980}],
@@ -706,6 +757,7 @@ def write_run(
                 "extensions": [],
                 "models": {"ranker": _model_config(spec)},
             },
+            **_target_location(spec),
         },
         command_line=["synthetic"],
     )
@@ -724,6 +776,7 @@ def write_run(
     faults: list[tuple[str, Any]] = [(f"{d.kind}-throttle", d) for d in spec.clock_drops]
     faults += [("cpu-burn", w) for w in spec.cpu_saturations]
     faults += [("cgroup-quota", w) for w in spec.cgroup_quotas]
+    faults += [("load-machine-quota", w) for w in spec.client_quotas]
     faults += [("churn", w) for w in spec.churns]
     faults += [("stall", w) for w in spec.stalls]
     faults += [("model-slowdown", w) for w in spec.model_slowdowns]
@@ -744,7 +797,13 @@ def write_run(
     for source in sources:
         interval = spec.gpu_interval_s if source["name"] == "gpu" else spec.host_interval_s
         writer.manifest["sources"].append(
-            {**source, "interval_s": interval, "simulated": True, "warning": None}
+            {
+                **source,
+                "interval_s": interval,
+                "simulated": True,
+                "warning": None,
+                **_place(spec, source["name"]),
+            }
         )
     if spec.gpu_kind == "simulated":
         writer.manifest["notes"].append("GPU telemetry is simulated (synthetic run)")

@@ -24,6 +24,7 @@ from loadkit.analysis.causes import (
     gpu_clock_power,
     gpu_clock_thermal,
     gpu_underused,
+    load_machine,
     process_stall,
     request_errors,
     unexplained,
@@ -53,6 +54,8 @@ REGISTRY: tuple[Cause, ...] = (
     data_movement.CAUSE,
     cpu_saturation.CAUSE,
     cgroup_throttling.CAUSE,
+    # The load machine's own trouble (its telemetry, never the server's).
+    load_machine.CAUSE,
     connection_churn.CAUSE,
     process_stall.CAUSE,
     # Standing conditions checked on every run (never spike causes).

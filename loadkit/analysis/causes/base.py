@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -20,8 +20,9 @@ from scipy import stats
 
 from loadkit.analysis.align import make_grid
 from loadkit.analysis.gaps import CompletionGaps
-from loadkit.analysis.model import Evidence, Finding
+from loadkit.analysis.model import Evidence, Finding, SeriesPlace
 from loadkit.analysis.noise import above_spread
+from loadkit.analysis.places import CLIENT_SIDE, SERVER_SIDE, sources_at
 from loadkit.analysis.sources import SourceAccessors
 from loadkit.analysis.telemetry import RequestSampleSeries, align_load
 
@@ -132,10 +133,21 @@ class Signals(SourceAccessors):
     error_counts: ErrorCounts | None = None
     max_queue_size: int | None = None  # the model config's default_queue_policy, if any
     timeout_s: float | None = None  # the scenario's request timeout
+    # Where each telemetry series was sampled (analysis.json's `run.sources`); empty: nowhere
+    # known, every series read as the server's (analysis/places.py).
+    places: tuple[SeriesPlace, ...] = ()
 
     @property
     def n(self) -> int:
         return len(self.starts_ns)
+
+    def seen_from(self, side: str) -> Signals:
+        """These signals with only the telemetry sampled on `side` (SERVER_SIDE, CLIENT_SIDE).
+
+        A server cause reads the server's machine (and series of unknown place, as
+        before places were); a cause of the load machine, the load machine's.
+        """
+        return replace(self, sources=sources_at(self.sources, self.places, side))
 
 
 @dataclass
@@ -200,6 +212,31 @@ class Cause:
     per_request: str | None = None
     # What timelines shade where it holds (None: nothing).
     shading: Shading | None = None
+    # The telemetry it cannot be judged without, from the server's machine: `gpu`, `host`
+    # (the machine's cores), `host.process` (the server's process tree and cgroup). Every
+    # cause reads only what was sampled on the server's side (`Signals.seen_from`); where
+    # each of these was sampled on a load machine instead, it is not assessable
+    # (NO_SERVER_TELEMETRY), never judged on the load machine's signal.
+    server_series: tuple[str, ...] = ()
+    # A cause of the load machine itself reads the load machine's telemetry instead of the
+    # server's, and is not assessable without one of these from there (NO_CLIENT_TELEMETRY).
+    client_series: tuple[str, ...] = ()
+
+    @property
+    def side(self) -> str:
+        """Whose machine's telemetry it reads: the server's, or a load machine's."""
+        return CLIENT_SIDE if self.client_series else SERVER_SIDE
+
+
+# A server cause whose series were all sampled on a load machine (Cause.server_series).
+NO_SERVER_TELEMETRY = (
+    "not assessable: no telemetry from the server's host (give --scrape, --agent or --server-pid)"
+)
+# A load machine's cause without a series sampled there (Cause.client_series).
+NO_CLIENT_TELEMETRY = (
+    "not assessable: no host telemetry from a load machine (the host series are the server's "
+    "or of unknown place)"
+)
 
 
 # --- helpers ------------------------------------------------------------------------

@@ -81,4 +81,5 @@ CAUSE = Cause(
     signal=("telemetry.cgroup_throttled_pct", "cgroup periods throttled (%)"),
     fault_events=("cgroup-quota",),
     shading=Shading("cgroup_throttled", "host", throttled_windows, throttled_label),
+    server_series=("host.process",),
 )

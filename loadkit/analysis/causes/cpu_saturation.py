@@ -172,4 +172,5 @@ CAUSE = Cause(
     summary=summary,
     signal=("telemetry.cpu_core_max_pct", "busiest core CPU (%)"),
     fault_events=("cpu-burn",),
+    server_series=("host",),
 )

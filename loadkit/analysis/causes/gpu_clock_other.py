@@ -29,4 +29,5 @@ CAUSE = Cause(
     shading=clock_shading(
         CAUSE_GPU_CLOCK_OTHER, "gpu_clock_other", "GPU clock drop (no thermal or power reason)"
     ),
+    server_series=("gpu",),
 )

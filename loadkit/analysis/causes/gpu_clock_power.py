@@ -27,4 +27,5 @@ CAUSE = Cause(
     summary=clock_summary("power-cap throttling"),
     signal=SIGNAL,
     shading=clock_shading(CAUSE_GPU_POWER, "gpu_power", "GPU power capping"),
+    server_series=("gpu",),
 )

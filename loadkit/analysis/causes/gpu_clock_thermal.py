@@ -28,4 +28,5 @@ CAUSE = Cause(
     signal=SIGNAL,
     shading=clock_shading(CAUSE_GPU_THERMAL, "gpu_thermal", "GPU thermal throttling"),
     fault_events=("thermal-throttle",),
+    server_series=("gpu",),
 )

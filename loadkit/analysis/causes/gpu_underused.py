@@ -70,4 +70,5 @@ CAUSE = Cause(
     summary=summary,
     signal=("telemetry.gpu_util_pct", "GPU utilization (%)"),
     kind=STANDING,
+    server_series=("gpu",),
 )

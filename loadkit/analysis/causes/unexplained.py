@@ -280,7 +280,7 @@ GENERATOR = _component_cause(
     "generator_lag",
     "Load generator fell behind",
     "The generator sent requests late: its results in these windows understate load. "
-    "Give it more CPU or more processes (loadkit run --processes), or lower the rate per process.",
+    "Give it more CPU or more processes (loadkit run --workers N), or lower the rate per process.",
     ("generator lag", "the client side (load generator) fell behind its schedule"),
 )
 SERVER_SIDE = _component_cause(

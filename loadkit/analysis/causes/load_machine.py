@@ -1,0 +1,214 @@
+"""The load machine short of CPU: the generator's own delay, not the server's.
+
+Read from the telemetry sampled on a load machine (`client_series`): its cores
+saturated (>= BUSY_CORES_SHARE of them at >= 95 %) or its container throttled
+(loadkit's own cgroup: the host series' process part without --server-pid) in
+>= max(CGROUP_THROTTLED_PCT, 2x baseline) of its CFS periods, the thresholds the
+server's CPU causes are found by. Scored like every episode cause: it explains a
+spike where it holds in the spike (or just before it) and seldom in baseline
+windows. A load machine busy all run long coincides with every window and is
+left to the generator's own check (the `generator_behind` alert).
+
+Its evidence is the generator's lag where it was recorded: how late requests
+were sent (corrected minus service latency, `components`' generator lag), the
+arrival scheduler's worst lateness, and the time outside the server. Where the
+lag did not grow it is still the load machine's: a starved client also reads
+its responses late, which the service time counts.
+
+Where the host series were sampled on the server's machine, or nobody knows where
+(an older run), it is not assessable: the server's causes read them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadkit.analysis.causes.base import (
+    BUSY_CORES_SHARE,
+    CGROUP_THROTTLED_PCT,
+    EPISODIC,
+    Cause,
+    Signals,
+    Signature,
+    assessed,
+    busy_cores,
+    check,
+    components,
+    ev,
+    fmt,
+    maximum,
+    mean,
+    median,
+    need,
+)
+from loadkit.analysis.model import Evidence
+from loadkit.analysis.places import part_place
+
+CAUSE_LOAD_MACHINE = "load_machine_saturated"
+
+
+def machine_name(sig: Signals) -> str:
+    """The load machine's name as its host series' source recorded it ("": not recorded)."""
+    entry = next((p for p in sig.places if p.name == "host" and p.file is not None), None)
+    if entry is None or not entry.host:
+        return ""
+    return entry.host + (" (loadkit's machine)" if entry.loadkit_host else "")
+
+
+@assessed(CAUSE_LOAD_MACHINE)
+def signature(sig: Signals, baseline: np.ndarray) -> Signature:
+    """The load machine's cores saturated or its container throttled."""
+    cause = CAUSE_LOAD_MACHINE
+    host = need(sig.host, "no host data")
+    busy = busy_cores(sig)
+    throttled = host.cgroup_throttled_pct if host.has_cgroup else None
+    check(
+        busy is not None or throttled is not None,
+        "the load machine's host data has no cpu_per_core_pct or cgroup counters",
+    )
+    short = np.zeros(sig.n, dtype=bool)
+    known = np.zeros(sig.n, dtype=bool)
+    metric = np.full(sig.n, np.nan)
+    if busy is not None:
+        short |= np.nan_to_num(busy, nan=0.0) >= BUSY_CORES_SHARE
+        known |= ~np.isnan(busy)
+        metric = np.fmax(metric, busy)
+    if throttled is not None:
+        usual = median(throttled, baseline) or 0.0
+        short |= np.nan_to_num(throttled, nan=0.0) >= max(CGROUP_THROTTLED_PCT, 2.0 * usual)
+        known |= ~np.isnan(throttled)
+        metric = np.fmax(metric, throttled / 100.0)
+    holds = np.where(known, short.astype(float), np.nan)
+    lag = components(sig).get("generator_lag")
+    outside = components(sig).get("client_network")
+    name = machine_name(sig)
+    cgroup_is_loadkits = part_place(sig.places, "host", "process") == "client"
+
+    def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
+        out = [
+            Evidence(
+                "load_machine_short_of_cpu",
+                float(np.mean(short[known])) if known.any() else None,
+                "share of windows",
+                name,
+            )
+        ]
+        if busy is not None:
+            out += [
+                Evidence(
+                    "load_machine_cores_at_95pct_in_episodes", mean(busy, ep), "share of cores"
+                ),
+                Evidence(
+                    "load_machine_cores_at_95pct_baseline", median(busy, base), "share of cores"
+                ),
+            ]
+        if throttled is not None:
+            whose = "loadkit's own cgroup" if cgroup_is_loadkits else "the load process's cgroup"
+            out += [
+                Evidence(
+                    "load_machine_throttled_periods_in_episodes",
+                    mean(throttled, ep),
+                    "% of periods",
+                    whose,
+                ),
+                Evidence(
+                    "load_machine_throttled_periods_baseline",
+                    median(throttled, base),
+                    "% of periods",
+                ),
+            ]
+        if lag is not None:
+            out += [
+                Evidence(
+                    "generator_lag_in_episodes",
+                    mean(lag, ep),
+                    "ms",
+                    "median corrected minus median service latency: sent late",
+                ),
+                Evidence("generator_lag_baseline", median(lag, base), "ms"),
+            ]
+        if sig.dispatch_lag_ms is not None:
+            out += [
+                Evidence(
+                    "dispatch_lag_max_in_episodes",
+                    maximum(sig.dispatch_lag_ms, ep),
+                    "ms",
+                    "the arrival scheduler's worst lateness",
+                ),
+                Evidence("dispatch_lag_baseline", median(sig.dispatch_lag_ms, base), "ms"),
+            ]
+        if outside is not None:
+            out += [
+                Evidence(
+                    "client_network_in_episodes",
+                    mean(outside, ep),
+                    "ms",
+                    "median service latency minus the server's time",
+                ),
+                Evidence("client_network_baseline", median(outside, base), "ms"),
+            ]
+        return out
+
+    return Signature(cause, holds, metric, evidence)
+
+
+def _machine(e: list[Evidence]) -> str:
+    """ "The load machine loadgen-1" (its name is the note of its share of windows)."""
+    name = next((x.note for x in e if x.name == "load_machine_short_of_cpu"), "")
+    return f"The load machine {name}" if name else "The load machine"
+
+
+def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
+    throttled = ev(e, "load_machine_throttled_periods_in_episodes")
+    cores = ev(e, "load_machine_cores_at_95pct_in_episodes")
+    # Each sign that held in the spikes (both where neither did on average).
+    capped = throttled is not None and throttled >= CGROUP_THROTTLED_PCT
+    busy = cores is not None and cores >= BUSY_CORES_SHARE
+    what = []
+    if throttled is not None and (capped or not busy):
+        what.append(
+            f"its container throttled in {fmt(throttled)}% of CFS periods vs "
+            f"{fmt(ev(e, 'load_machine_throttled_periods_baseline'))}% in baseline"
+        )
+    if cores is not None and (busy or not capped):
+        usual = ev(e, "load_machine_cores_at_95pct_baseline")
+        what.append(
+            f"{fmt(100 * cores)}% of its cores at >=95% vs "
+            f"{fmt(None if usual is None else 100 * usual)}% in baseline"
+        )
+    lag = ev(e, "generator_lag_in_episodes")
+    late = (
+        f"; requests were sent {fmt(lag, ' ms', 1)} late "
+        f"(baseline {fmt(ev(e, 'generator_lag_baseline'), ' ms', 1)})"
+        if lag is not None
+        else ""
+    )
+    dispatch = ev(e, "dispatch_lag_max_in_episodes")
+    if dispatch is not None:
+        late += f", the scheduler up to {fmt(dispatch)} ms behind"
+    outside = ev(e, "client_network_in_episodes")
+    if outside is not None:
+        late += (
+            f"; client + network {fmt(outside, ' ms', 1)} "
+            f"(baseline {fmt(ev(e, 'client_network_baseline'), ' ms', 1)})"
+        )
+    return (
+        f"{_machine(e)} was short of CPU in {eps} ({'; '.join(what)}){late}. "
+        "Part of this latency is the load generator's own, not the server's."
+    )
+
+
+CAUSE = Cause(
+    id=CAUSE_LOAD_MACHINE,
+    title="Load machine short of CPU",
+    action="Give the load generator more CPU before judging the server: spread the load over "
+    "more processes or machines (loadkit run --workers N, or --master with `loadkit worker` "
+    "on other hosts), raise the load pod's CPU limit (limits.cpu), or lower the rate per "
+    "process.",
+    signature=signature,
+    summary=summary,
+    signal=("telemetry.cgroup_throttled_pct", "load machine's cgroup periods throttled (%)"),
+    kind=EPISODIC,
+    fault_events=("load-machine-quota",),
+    client_series=("host", "host.process"),
+)
