@@ -490,13 +490,13 @@ def rows_from_scrapes(
             rate_map = rate_maps[field]
             assert rate_map.live is not None
             increase = total - before
-            value = (
+            rate = (
                 None
                 if increase < 0  # a restart: no rate for this interval
                 else rate_map.live.offset + rate_map.live.scale * increase / seconds
             )
             row = by_key.setdefault(key, {"t_ns": t_ns})
-            _fill(row, rate_map, {"cpu": cpu or ""}, value)
+            _fill(row, rate_map, {"cpu": cpu or ""}, rate)
     for row in by_key.values():
         _finish(row)
     return by_key, Scrape(t_ns, totals)
