@@ -503,6 +503,11 @@ SERIES_PARTS: dict[str, dict[str, tuple[str, ...]]] = {
 SERVER_SOURCES = frozenset({"triton_stats", "metrics"})
 
 
+# The file stem suffix of this machine's copy of a series the server's own copy holds
+# (`loadkit run --scrape`, `loadkit import --prometheus --run`): `host-local`.
+LOCAL_SUFFIX = "-local"
+
+
 def series_kind(series: str) -> str:
     """What a series file holds: its stem up to a `-` (`host-local`, `gpu-dmon` hold a
     `host`, a `gpu`): this machine's copy beside the server's, or an imported file."""

@@ -25,7 +25,7 @@ from typing import Any
 from loadkit import lifeline
 from loadkit.errors import UsageError
 from loadkit.rundir.layout import TELEMETRY_DIR
-from loadkit.rundir.schema import TargetLocation
+from loadkit.rundir.schema import LOCAL_SUFFIX, TargetLocation
 from loadkit.telemetry.base import (
     SamplerOptions,
     SamplerSpec,
@@ -50,10 +50,6 @@ def sampling_rates(rates: Mapping[str, float | None] | None) -> dict[str, float]
             raise UsageError(f"sampling rate for {name!r} must be positive, got {value}")
         hz[name] = float(value)
     return hz
-
-
-# The file stem of this machine's copy of a series the server's own copy holds.
-LOCAL_SUFFIX = "-local"
 
 
 def plan_sources(
