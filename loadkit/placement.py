@@ -50,9 +50,10 @@ SERVER_HOST_HELP = (
 )
 # Where GPU telemetry of a server on another machine comes from, for the warning.
 SERVER_SIDE_GPU = (
-    "GPU telemetry must come from the server's side (--triton-metrics for Triton's nv_gpu_*, "
-    "`loadkit watch --gpu nvml` on the server's host, `loadkit import` of its dcgm-exporter "
-    "or nvidia-smi logs, `loadkit import --prometheus`)"
+    "GPU telemetry must come from the server's side (--scrape dcgm=URL for its dcgm-exporter, "
+    "--triton-metrics for Triton's nv_gpu_*, `loadkit watch --gpu nvml` on the server's host, "
+    "`loadkit import` of its dcgm-exporter or nvidia-smi logs, "
+    "`loadkit import --prometheus URL --run DIR` afterwards)"
 )
 
 

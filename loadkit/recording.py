@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loadkit.environment import run_environment
-from loadkit.rundir.schema import TargetLocation
+from loadkit.rundir.layout import TELEMETRY_DIR
+from loadkit.rundir.schema import Source, TargetLocation
+from loadkit.rundir.segments import series_files
 from loadkit.rundir.writer import RunWriter, read_manifest_raw
 
 if TYPE_CHECKING:
@@ -136,6 +138,21 @@ class Recording:
 
     def event(self, kind: str, name: str, **attrs: Any) -> None:
         self.writer.event(kind, name, **attrs)
+
+    def rename_series(self, old: str, new: str) -> None:
+        """Move a finished series aside: `telemetry/<old>*` files (segments included) become
+        `<new>*`, and its `sources` entries name the new file."""
+        folder = self.path / TELEMETRY_DIR
+        for path in series_files(folder).get(old, []):
+            path.rename(folder / (new + path.name[len(old) :]))
+        sources = []
+        for source in self.manifest.get("sources") or []:
+            if Source.from_dict(source).series == old:
+                source = {**source, "name": new}
+                if source.get("file"):
+                    source["file"] = f"{TELEMETRY_DIR}/{new}.jsonl"
+            sources.append(source)
+        self.update(sources=sources)
 
     # --- telemetry ------------------------------------------------------
     def start_simulated_gpu(

@@ -33,6 +33,11 @@ production's Prometheus (a run of kind `production`, docs/oncall.md):
   loadkit import --prometheus http://prometheus:9090 --window 6h [--step 5s]
                  [--selector '{job="triton"}'] [--model M] [--latency-histogram NAME]
 
+the server's exporters for a load test's own window, joined into its run
+(dcgm-exporter, node-exporter, cAdvisor: the server's gpu and host series):
+  loadkit import --prometheus http://prometheus:9090 --run reports/20250101-120000-burst
+                 [--selector node='{instance="gpu-3:9100"}'] [--step 1s]
+
 examples:
   loadkit import dmon.log
   loadkit import gpu.csv --run reports/20250101-120000-burst

@@ -16,18 +16,22 @@ from typing import Any
 
 from loadkit.errors import UsageError
 from loadkit.recording import Recording, imported_environment
-from loadkit.rundir.layout import TELEMETRY_DIR
-from loadkit.rundir.schema import PLACE_SERVER
+from loadkit.rundir import JsonlWriter
+from loadkit.rundir.layout import MANIFEST_FILE, TELEMETRY_DIR
+from loadkit.rundir.schema import LOCAL_SUFFIX, PLACE_SERVER, Manifest
 from loadkit.rundir.writer import default_run_id
 from loadkit.telemetry.prometheus.client import NS, PrometheusClient
 from loadkit.telemetry.prometheus.families import FAMILIES
 from loadkit.telemetry.prometheus.window import (
     PulledWindow,
     Selectors,
+    detect_scrape_interval,
     parse_selector,
+    pull_server_series,
     pull_window,
 )
 
+DEFAULT_STEP_S = 5.0
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
@@ -45,7 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prom.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (http://host:9090)")
     prom.add_argument("--window", type=parse_duration, help="how far back from --end (e.g. 6h)")
     prom.add_argument("--end", help="end of the window (ISO 8601 or Unix seconds; default: now)")
-    prom.add_argument("--step", type=parse_duration, default=5.0, help="resolution (default 5s)")
+    prom.add_argument(
+        "--step",
+        type=parse_duration,
+        help=f"resolution (default {DEFAULT_STEP_S:g}s; with --run: the scrape interval)",
+    )
     prom.add_argument(
         "--selector",
         action="append",
@@ -103,26 +111,27 @@ def _window(args: argparse.Namespace, parse_time: Any) -> tuple[int, int]:
     return end_ns - int(args.window * NS), end_ns
 
 
-def run_prometheus(args: argparse.Namespace, parse_time: Any) -> int:
-    if args.files:
-        raise UsageError("give files or --prometheus, not both")
-    if args.run is not None:
-        raise UsageError(
-            "a production window is a run of its own; --run joins files to a load test",
-            hint="leave out --run (name the new run with --run-id)",
-        )
-    start_ns, end_ns = _window(args, parse_time)
-    client = PrometheusClient(
+def _client(args: argparse.Namespace) -> PrometheusClient:
+    return PrometheusClient(
         args.prometheus,
         username=args.prom_user,
         password=_secret(args.prom_password_file),
         token=_secret(args.prom_token_file),
     )
+
+
+def run_prometheus(args: argparse.Namespace, parse_time: Any) -> int:
+    if args.files:
+        raise UsageError("give files or --prometheus, not both")
+    if args.run is not None:
+        return join_run(args)
+    start_ns, end_ns = _window(args, parse_time)
+    client = _client(args)
     pulled = pull_window(
         client,
         start_ns=start_ns,
         end_ns=end_ns,
-        step_s=args.step,
+        step_s=args.step or DEFAULT_STEP_S,
         selectors=_selectors(args.selector),
         model=args.model,
         latency_histogram=args.latency_histogram,
@@ -174,7 +183,7 @@ def _write(
             {
                 "name": series,
                 "file": f"{TELEMETRY_DIR}/{series}.jsonl",
-                "interval_s": args.step,
+                "interval_s": args.step or DEFAULT_STEP_S,
                 "simulated": False,
                 "warning": None,
                 "imported_from": {"format": "prometheus", "path": client.base_url},
@@ -194,7 +203,7 @@ def _write(
             "prometheus_version": info.get("version"),
             "window_start_ns": start_ns,
             "window_end_ns": end_ns,
-            "step_s": args.step,
+            "step_s": args.step or DEFAULT_STEP_S,
             "scrape_interval_s": pulled.scrape_interval_s,
             "rate_window": pulled.rate_window,
             "latency_source": pulled.latency_source,
@@ -211,3 +220,96 @@ def _write(
         file=sys.stderr,
     )
     return writer.path
+
+
+# --- a load test's own window, joined: --run DIR -----------------------------------------
+def join_run(args: argparse.Namespace) -> int:
+    """The server's GPU and host series for a load test's own window, from Prometheus, into
+    its run directory (the server's exporters: place `server`)."""
+    run_dir = Path(args.run)
+    if not (run_dir / MANIFEST_FILE).exists():
+        raise UsageError(f"{run_dir} is not a run directory (no {MANIFEST_FILE})")
+    if args.window is not None or args.end is not None:
+        raise UsageError(
+            "--run reads the run's own window (its manifest's start and end)",
+            hint="leave out --window and --end",
+        )
+    recording = Recording.join(run_dir)
+    info = Manifest.from_dict(recording.manifest)
+    if info.start_ns is None or info.end_ns is None:
+        raise UsageError(
+            f"{run_dir} has no start and end in its manifest (status {info.status})",
+            hint="a run killed before it finished has no end: import a --window instead",
+        )
+    client = _client(args)
+    selectors = _selectors(args.selector)
+    step_s = args.step
+    if step_s is None:
+        scrape = detect_scrape_interval(client, selectors.for_family("node"), info.end_ns)
+        step_s = max(1.0, scrape or DEFAULT_STEP_S)
+    pulled = pull_server_series(
+        client, start_ns=info.start_ns, end_ns=info.end_ns, step_s=step_s, selectors=selectors
+    )
+    if not pulled.rows:
+        raise UsageError(
+            "Prometheus has no GPU or host series of the server for the run's window: "
+            + "; ".join(pulled.notes),
+            hint="check --selector dcgm=... / node=... and that Prometheus scrapes the exporters",
+        )
+    written = []
+    for series, rows in pulled.rows.items():
+        stem = _joined_stem(recording, info, series)
+        with JsonlWriter(run_dir / TELEMETRY_DIR / f"{stem}.jsonl") as out:
+            for row in rows:
+                out.write(row)
+        hosts = {r.get("host") for r in rows} - {None}
+        recording.add_source(
+            {
+                "name": stem,
+                "file": f"{TELEMETRY_DIR}/{stem}.jsonl",
+                "interval_s": step_s,
+                "simulated": False,
+                "warning": None,
+                "imported_from": {
+                    "format": "prometheus",
+                    "path": re.sub(r"(://)[^/@]+@", r"\1", client.base_url),
+                    "series": [s for s in pulled.sources if s["series"] == series],
+                },
+                "unknown_fields": [],
+                "place": PLACE_SERVER,
+                "host": hosts.pop() if len(hosts) == 1 else None,
+                "parts": {},
+            }
+        )
+        written.append(f"{stem} {len(rows)}")
+    for note in pulled.notes:
+        recording.add_note(f"prometheus: {note}")
+        print(f"note: {note}", file=sys.stderr)
+    print(
+        f"{client.base_url}: the run's window at {step_s:g} s ({', '.join(written)}) -> {run_dir}",
+        file=sys.stderr,
+    )
+    print(f"next: loadkit analyze {run_dir}", file=sys.stderr)
+    return 0
+
+
+def _joined_stem(recording: Recording, info: Manifest, series: str) -> str:
+    """The server's series holds the name (the analysis reads it); a copy of this machine
+    already there moves aside to `<series>-local`, one of the server's stays and Prometheus's
+    is `<series>-prometheus`."""
+    folder = recording.path / TELEMETRY_DIR
+    if not (folder / f"{series}.jsonl").exists() and not any(folder.glob(f"{series}.seg*")):
+        return series
+    if info.place(series) == PLACE_SERVER:
+        recording.add_note(
+            f"{series}: the run's own {series} series is the server's already; "
+            f"Prometheus's is {TELEMETRY_DIR}/{series}-prometheus.jsonl"
+        )
+        return f"{series}-prometheus"
+    local = f"{series}{LOCAL_SUFFIX}"
+    recording.rename_series(series, local)
+    recording.add_note(
+        f"{series}: the server's from Prometheus; this machine's ({info.place(series)}) "
+        f"moved to {TELEMETRY_DIR}/{local}.jsonl"
+    )
+    return series

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from loadkit.commands import options
 from loadkit.errors import EXIT_INTERRUPTED, EXIT_SLO_FAILED, EXIT_TARGET, UsageError
 from loadkit.telemetry.gpu import GPU_CHOICES
+from loadkit.telemetry.scrape import SCRAPE_FAMILIES, SCRAPE_OPTION, parse_scrapes
 
 if TYPE_CHECKING:
     from loadkit.analysis.model import Finding
@@ -44,6 +45,8 @@ examples:
   loadkit run steps_to_knee --target 127.0.0.1:8001 --set protocol=grpc
   loadkit run soak --target http://127.0.0.1:8000 --workers 2
   loadkit run soak --target http://10.0.0.7:8000 --master --expect-workers 4
+  loadkit run burst_2x --target http://10.0.0.7:8000 \\
+      --scrape node=http://10.0.0.7:9100/metrics --scrape dcgm=http://10.0.0.7:9400/metrics
   loadkit run soak --target http://127.0.0.1:8000 \\
       --abort-on "p99>80ms for 10s" --abort-on "errors>5% for 5s"
   loadkit run burst_2x --target http://127.0.0.1:8000 --abort-on slo
@@ -238,6 +241,16 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="PID of the server, for its CPU/context switches (the server runs on this machine)",
     )
+    tele.add_argument(
+        "--scrape",
+        action="append",
+        default=[],
+        metavar="FAMILY=URL",
+        help="scrape one of the server's exporters every second, as the server's gpu or host "
+        f"series (repeatable); families: {', '.join(SCRAPE_FAMILIES)}; e.g. "
+        "node=http://gpu-host:9100/metrics, dcgm=http://gpu-host:9400/metrics, "
+        'cadvisor=http://gpu-host:8080/metrics{container="triton"}',
+    )
     options.add_server_host(tele)
     tele.add_argument("--no-telemetry", action="store_true", help="record load only")
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
@@ -321,6 +334,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_syntax(args.abort_on)  # a bad condition fails before anything starts
     _check_urls(args)
+    scrapes = parse_scrapes(args.scrape)
     check_server_flags(args.server_pid, args.server_host)
     if not 0 <= args.max_unreachable <= 100:
         raise UsageError(
@@ -340,6 +354,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_url=None if args.triton_metrics == "none" else args.triton_metrics,
         server_pid=args.server_pid,
         server_host=args.server_host,
+        extra={SCRAPE_OPTION: scrapes} if scrapes else {},
     )
     run_dir = run_scenario(
         scenario,

@@ -503,10 +503,21 @@ SERIES_PARTS: dict[str, dict[str, tuple[str, ...]]] = {
 SERVER_SOURCES = frozenset({"triton_stats", "metrics"})
 
 
+# The file stem suffix of this machine's copy of a series the server's own copy holds
+# (`loadkit run --scrape`, `loadkit import --prometheus --run`): `host-local`.
+LOCAL_SUFFIX = "-local"
+
+
+def series_kind(series: str) -> str:
+    """What a series file holds: its stem up to a `-` (`host-local`, `gpu-dmon` hold a
+    `host`, a `gpu`): this machine's copy beside the server's, or an imported file."""
+    return series.split("-", 1)[0]
+
+
 def field_place(series: str, place: str, parts: Mapping[str, str], field_name: str | None) -> str:
     """The place of a series' field: its part's (`SERIES_PARTS`) when it has one, else `place`."""
     if field_name is not None:
-        for part, prefixes in SERIES_PARTS.get(series, {}).items():
+        for part, prefixes in SERIES_PARTS.get(series_kind(series), {}).items():
             if part in parts and field_name.startswith(prefixes):
                 return parts[part]
     return place

@@ -132,13 +132,16 @@ class SourcePlan:
     `environment` is this source's part of the manifest's `environment` (the
     GPU's devices); `warning` a source that was asked for but cannot be read,
     listed in the manifest's sources with no file; `place` where its series is
-    (or would have been) sampled.
+    (or would have been) sampled. `holds_series`: the server's own copy of a series
+    another source samples on this machine (`--scrape`): it keeps the series' name,
+    and the other is written as `<series>-local` (`supervisor.plan_sources`).
     """
 
     spec: SamplerSpec | None
     environment: Mapping[str, Any] | None = None
     warning: str | None = None
     place: SourcePlace | None = None
+    holds_series: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,9 @@ class TelemetrySource:
     `name` is the file stem (`telemetry/<name>.jsonl`), the key of sampling
     rates and the key the analysis aligns the series by. `plan` decides from
     the run's options whether (and how) the source is sampled; `samplers` builds
-    the sampler of each kind inside the sampler process.
+    the sampler of each kind inside the sampler process. A source that fills
+    other sources' series (`scrape`: the server's exporters) plans one sampler
+    per series, named after it (`spec.source`), and may plan none.
     """
 
     name: str
@@ -156,7 +161,8 @@ class TelemetrySource:
     default_interval_s: float
     row_type: type  # its rows (loadkit/rundir/schema.py)
     samplers: Mapping[str, Callable[[SamplerSpec], Sampler]]
-    plan: Callable[[SamplerOptions, float], SourcePlan]  # (options, interval_s)
+    # (options, interval_s) -> its plan, or one plan per series it fills
+    plan: Callable[[SamplerOptions, float], SourcePlan | tuple[SourcePlan, ...]]
     rate_flag: bool = False  # `loadkit watch --<name>-rate HZ`
 
     @property

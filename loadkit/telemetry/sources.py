@@ -10,7 +10,7 @@ nothing else; the analysis aligns the series by the same name
 
 from __future__ import annotations
 
-from loadkit.telemetry import gpu, host, prom_metrics, triton_stats
+from loadkit.telemetry import gpu, host, prom_metrics, scrape, triton_stats
 from loadkit.telemetry.base import Sampler, SamplerSpec, TelemetrySource
 
 # In the order their samplers start (and are listed in the manifest's `sources`).
@@ -19,6 +19,7 @@ REGISTRY: tuple[TelemetrySource, ...] = (
     host.SOURCE,
     triton_stats.SOURCE,
     prom_metrics.SOURCE,
+    scrape.SOURCE,  # the server's exporters: the series they fill (gpu, host)
 )
 
 BY_NAME: dict[str, TelemetrySource] = {s.name: s for s in REGISTRY}

@@ -18,14 +18,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from loadkit import lifeline
 from loadkit.errors import UsageError
 from loadkit.rundir.layout import TELEMETRY_DIR
-from loadkit.rundir.schema import TargetLocation
+from loadkit.rundir.schema import LOCAL_SUFFIX, TargetLocation
 from loadkit.telemetry.base import (
     SamplerOptions,
     SamplerSpec,
@@ -55,8 +55,31 @@ def sampling_rates(rates: Mapping[str, float | None] | None) -> dict[str, float]
 def plan_sources(
     options: SamplerOptions, rates_hz: Mapping[str, float]
 ) -> list[tuple[str, SourcePlan]]:
-    """Each registered source's plan for this run, in registry order; nothing is started."""
-    return [(s.name, s.plan(options, 1.0 / rates_hz[s.name])) for s in REGISTRY]
+    """Each registered source's plans for this run, in registry order, by the series each
+    writes (its file stem); nothing is started.
+
+    A series is one file with one place. Where the server's own copy of a series
+    (`holds_series`: `--scrape`) and a sampler of this machine would both write it, the
+    server's keeps the name (the analysis reads a series by its name, and its causes are
+    the server's) and this machine's is written as `<series>-local`; a plan that only says
+    why this machine's copy is missing (the GPU of a load machine) says nothing then.
+    """
+    planned: list[tuple[str, SourcePlan]] = []
+    for source in REGISTRY:
+        result = source.plan(options, 1.0 / rates_hz[source.name])
+        for plan in result if isinstance(result, tuple) else (result,):
+            planned.append((plan.spec.source if plan.spec is not None else source.name, plan))
+    held = {name for name, plan in planned if plan.holds_series}
+    out: list[tuple[str, SourcePlan]] = []
+    for name, plan in planned:
+        if name in held and not plan.holds_series:
+            if plan.spec is None:
+                plan = SourcePlan(None, plan.environment)
+            else:
+                name = name + LOCAL_SUFFIX
+                plan = replace(plan, spec=replace(plan.spec, source=name))
+        out.append((name, plan))
+    return out
 
 
 @dataclass
@@ -132,7 +155,8 @@ class SamplerSet:
         (`loadkit.placement.locate_target`), which gives each series its place and
         keeps `gpu="auto"` off this machine's GPUs for a target elsewhere; None
         leaves this machine's series `unknown`.
-        `source_options` are read by the `plan` of sources that take other options.
+        `source_options` are read by the `plan` of sources that take other options
+        (`scrape=[ScrapeTarget, ...]`: the server's exporters, loadkit/telemetry/scrape.py).
         """
         if gpu not in GPU_CHOICES:
             raise UsageError(
@@ -159,10 +183,11 @@ class SamplerSet:
         unavailable: list[tuple[str, str]] = []
         places: dict[str, SourcePlace] = {}
         for name, plan in plan_sources(options, sampling_rates(rates)):
-            # A source that does not say where it samples runs here, like its sampler.
-            places[name] = plan.place or this_machine(options)
+            if plan.spec is not None or plan.warning:
+                # A source that does not say where it samples runs here, like its sampler.
+                places[name] = plan.place or this_machine(options)
             if plan.environment is not None:
-                environment[name] = dict(plan.environment)
+                environment[name.removesuffix(LOCAL_SUFFIX)] = dict(plan.environment)
             if plan.warning:
                 warnings.append(plan.warning)
                 unavailable.append((name, plan.warning))

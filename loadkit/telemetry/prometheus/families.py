@@ -3,9 +3,11 @@
 One `ExporterFamily` per exporter. Each of its `MetricMap`s names a metric as the
 exporter exposes it, the row field it fills (the same fields the live samplers
 write, docs/run-format.md), the unit conversion, and how Prometheus is asked
-for it (the bare metric, or a PromQL expression when the field is a rate).
+for it (the bare metric, or a PromQL expression when the field is a rate), and,
+for a rate, how two successive scrapes give it (`LiveRate`).
 
-The same entries read a scrape (`rows_from_exposition`, for a file or a test)
+The same entries read a scrape (`rows_from_exposition`, for a file or a test),
+successive scrapes during a run (`rows_from_scrapes`: `loadkit run --scrape`)
 and a window of Prometheus (`rows_from_series`). Adding an exporter is adding
 one entry to `FAMILIES`; nothing else names exporters.
 """
@@ -43,6 +45,23 @@ class PromSeries:
 
 
 @dataclass(frozen=True)
+class LiveRate:
+    """A rate field from two scrapes, as its PromQL `query` takes it from Prometheus:
+    `offset + scale * increase / seconds`, the increase summed over the samples of one
+    row (and one `cpu` for a per-core field) whose labels are in `only`.
+
+    A counter that went down (a restart) gives no value for that interval.
+    """
+
+    scale: float
+    offset: float = 0.0
+    only: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    def takes(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) in values for k, values in self.only.items())
+
+
+@dataclass(frozen=True)
 class MetricMap:
     """One exposed metric -> one row field.
 
@@ -54,6 +73,7 @@ class MetricMap:
     resets), "reasons" (a clocks-event bitmask, decoded into `reason_*`),
     "per_core" (one value per `cpu` label, into a list).
     `sum_over`: labels summed away (e.g. the failure `reason`).
+    `live`: how a rate field (`scrape=False`) is taken from two successive scrapes.
     """
 
     metric: str
@@ -64,6 +84,7 @@ class MetricMap:
     query: str | None = None
     sum_over: tuple[str, ...] = ()
     scrape: bool = True
+    live: LiveRate | None = None
 
     def promql(self, matchers: str, rate_window: str) -> str:
         """The query for this field; `matchers` are label matchers without braces."""
@@ -95,6 +116,14 @@ class ExporterFamily:
     def map_for(self, name: str, labels: Mapping[str, str]) -> MetricMap | None:
         for metric_map in self.metrics:
             if metric_map.scrape and metric_map.matches(name, labels):
+                return metric_map
+        return None
+
+    def rate_for(self, name: str, labels: Mapping[str, str]) -> MetricMap | None:
+        """The rate field (`live`) this counter sample feeds, if any."""
+        for metric_map in self.metrics:
+            live = metric_map.live
+            if live is not None and metric_map.matches(name, labels) and live.takes(labels):
                 return metric_map
         return None
 
@@ -218,6 +247,7 @@ NODE = ExporterFamily(
             "cpu_per_core_pct",
             "per_core",
             scrape=False,
+            live=LiveRate(-100.0, 100.0, {"mode": ("idle", "iowait")}),
             query=(
                 '100 * (1 - sum by (instance, cpu) (rate(node_cpu_seconds_total{{mode=~"idle|iowait",'
                 "{sel}}}[{rate}])))"
@@ -246,6 +276,7 @@ CADVISOR = ExporterFamily(
             "container_cpu_usage_seconds_total",
             "server_cpu_pct",
             scrape=False,
+            live=LiveRate(100.0),
             query="100 * sum without (cpu) (rate(container_cpu_usage_seconds_total{{{sel}}}[{rate}]))",
         ),
         MetricMap("container_memory_working_set_bytes", "server_rss_bytes"),
@@ -262,6 +293,7 @@ PROCESS = ExporterFamily(
             "process_cpu_seconds_total",
             "server_cpu_pct",
             scrape=False,
+            live=LiveRate(100.0),
             query="100 * rate(process_cpu_seconds_total{{{sel}}}[{rate}])",
         ),
         MetricMap("process_resident_memory_bytes", "server_rss_bytes"),
@@ -318,15 +350,30 @@ def _cpu_index(label: str | None) -> int | None:
     return int(digits) if digits else None
 
 
+Key = tuple[str | None, ...]
+
+
 def rows_from_series(
     family: ExporterFamily, fetched: Iterable[tuple[MetricMap, Sequence[PromSeries]]]
-) -> dict[tuple[str | None, ...], list[Row]]:
+) -> dict[Key, list[Row]]:
     """Rows per key (the family's key labels) from each map's series, sorted by time.
 
     Values of several series for one key, time and field are summed (a `sum_over`
     the query did not do); NaN points (a histogram with no requests) are null.
     """
-    by_key: dict[tuple[str | None, ...], dict[int, Row]] = {}
+    out: dict[Key, list[Row]] = {}
+    for key, rows in _unfinished_rows(family, fetched).items():
+        ordered = [rows[t] for t in sorted(rows)]
+        for row in ordered:
+            _finish(row)
+        out[key] = ordered
+    return out
+
+
+def _unfinished_rows(
+    family: ExporterFamily, fetched: Iterable[tuple[MetricMap, Sequence[PromSeries]]]
+) -> dict[Key, dict[int, Row]]:
+    by_key: dict[Key, dict[int, Row]] = {}
     for metric_map, series_list in fetched:
         for series in series_list:
             key = tuple(series.labels.get(k) for k in family.key_labels)
@@ -335,13 +382,7 @@ def rows_from_series(
                 row = rows.setdefault(t_ns, {"t_ns": t_ns})
                 cleaned = family.clean(value) if family.clean is not None else value
                 _fill(row, metric_map, series.labels, cleaned)
-    out: dict[tuple[str | None, ...], list[Row]] = {}
-    for key, rows in by_key.items():
-        ordered = [rows[t] for t in sorted(rows)]
-        for row in ordered:
-            _finish(row)
-        out[key] = ordered
-    return out
+    return by_key
 
 
 def _fill(row: Row, metric_map: MetricMap, labels: Mapping[str, str], value: float | None) -> None:
@@ -374,33 +415,104 @@ def _finish(row: Row) -> None:
         row.update(decode_reasons(row["clocks_event_reasons"]))
 
 
-def rows_from_exposition(family: ExporterFamily, text: str, t_ns: int) -> list[Row]:
-    """One scrape (Prometheus text format) as the family's rows at `t_ns`, one per key.
+# One sample of a scrape: (name as parsed, labels, value).
+Sample = tuple[str, dict[str, str], float]
 
-    Only the maps that mean something in one scrape (not rates) are filled.
+
+def parse_exposition(text: str) -> list[Sample]:
+    """Every sample of a scrape (Prometheus text format), by prometheus_client's parser.
+
+    A torn last line (a name without a value) would fail the whole parse: it is dropped.
+    Raises ValueError for text that is not the exposition format.
     """
-    fetched: dict[int, tuple[MetricMap, list[PromSeries]]] = {}
-    # A torn last line (a name without a value) would fail the whole parse: drop it.
     whole = [
         line
         for line in text.splitlines()
         if not line.strip() or line.startswith("#") or len(line.rsplit(maxsplit=1)) == 2
     ]
-    for metric_family in text_string_to_metric_families("\n".join(whole) + "\n"):
-        for sample in metric_family.samples:
-            labels = dict(sample.labels)
-            # The parser names counter samples `<family>_total` even where the exporter
-            # did not (Triton's nv_inference_count): try the name as exposed too.
-            metric_map = family.map_for(sample.name, labels) or family.map_for(
-                sample.name.removesuffix("_total"), labels
-            )
-            if metric_map is None:
-                continue
-            labels["__name__"] = sample.name
+    return [
+        (sample.name, dict(sample.labels), float(sample.value))
+        for metric_family in text_string_to_metric_families("\n".join(whole) + "\n")
+        for sample in metric_family.samples
+    ]
+
+
+def _lookup(
+    find: Callable[[str, Mapping[str, str]], MetricMap | None], name: str, labels: Mapping[str, str]
+) -> MetricMap | None:
+    # The parser names counter samples `<family>_total` even where the exporter
+    # did not (Triton's nv_inference_count): try the name as exposed too.
+    return find(name, labels) or find(name.removesuffix("_total"), labels)
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """What a scrape leaves for the next one: its time and the counters its rate fields read,
+    summed per (field, row key, cpu)."""
+
+    t_ns: int
+    totals: Mapping[tuple[str, Key, str | None], float]
+
+
+def rows_from_scrapes(
+    family: ExporterFamily, samples: Sequence[Sample], t_ns: int, previous: Scrape | None
+) -> tuple[dict[Key, Row], Scrape]:
+    """One scrape's rows at `t_ns`, one per key, and what the next scrape needs.
+
+    The fields one scrape gives (gauges, raw counters, reasons) as `rows_from_exposition`;
+    the rate fields (`MetricMap.live`: CPU from node-exporter's, cAdvisor's or a process's
+    CPU seconds) from the counters' increase since `previous`, as Prometheus's `rate`
+    would give them over the interval between the two scrapes.
+    """
+    fetched: dict[int, tuple[MetricMap, list[PromSeries]]] = {}
+    totals: dict[tuple[str, Key, str | None], float] = {}
+    rate_maps: dict[str, MetricMap] = {}
+    for name, labels, value in samples:
+        metric_map = _lookup(family.map_for, name, labels)
+        if metric_map is not None:
             entry = fetched.setdefault(id(metric_map), (metric_map, []))
-            entry[1].append(PromSeries(labels, [(t_ns, sample.value)]))
-    rows = rows_from_series(family, fetched.values())
-    return [r for key in sorted(rows, key=lambda k: tuple(v or "" for v in k)) for r in rows[key]]
+            entry[1].append(PromSeries({**labels, "__name__": name}, [(t_ns, value)]))
+            continue
+        rate_map = _lookup(family.rate_for, name, labels)
+        if rate_map is not None and math.isfinite(value):
+            key = tuple(labels.get(k) for k in family.key_labels)
+            cpu = labels.get("cpu") if rate_map.kind == "per_core" else None
+            group = (rate_map.field, key, cpu)
+            totals[group] = totals.get(group, 0.0) + value
+            rate_maps[rate_map.field] = rate_map
+    by_key = {key: rows[t_ns] for key, rows in _unfinished_rows(family, fetched.values()).items()}
+    seconds = (t_ns - previous.t_ns) / 1e9 if previous is not None else 0.0
+    if previous is not None and seconds > 0:
+        for (field, key, cpu), total in sorted(totals.items(), key=lambda i: str(i[0])):
+            before = previous.totals.get((field, key, cpu))
+            if before is None:
+                continue
+            rate_map = rate_maps[field]
+            assert rate_map.live is not None
+            increase = total - before
+            rate = (
+                None
+                if increase < 0  # a restart: no rate for this interval
+                else rate_map.live.offset + rate_map.live.scale * increase / seconds
+            )
+            row = by_key.setdefault(key, {"t_ns": t_ns})
+            _fill(row, rate_map, {"cpu": cpu or ""}, rate)
+    for row in by_key.values():
+        _finish(row)
+    return by_key, Scrape(t_ns, totals)
+
+
+def sorted_keys(keys: Iterable[Key]) -> list[Key]:
+    return sorted(keys, key=lambda k: tuple(v or "" for v in k))
+
+
+def rows_from_exposition(family: ExporterFamily, text: str, t_ns: int) -> list[Row]:
+    """One scrape (Prometheus text format) as the family's rows at `t_ns`, one per key.
+
+    Only the maps that mean something in one scrape (not rates) are filled.
+    """
+    rows, _ = rows_from_scrapes(family, parse_exposition(text), t_ns, None)
+    return [rows[key] for key in sorted_keys(rows)]
 
 
 def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:

@@ -206,6 +206,27 @@ def pull_window(
     return out
 
 
+def pull_server_series(
+    client: PrometheusClient,
+    *,
+    start_ns: int,
+    end_ns: int,
+    step_s: float,
+    selectors: Selectors,
+) -> PulledWindow:
+    """A load test's window of the server's GPU and host series only (`loadkit import
+    --prometheus URL --run DIR`): the latency and traffic are the run's own."""
+    out = PulledWindow()
+    out.scrape_interval_s = detect_scrape_interval(client, selectors.for_family("node"), end_ns)
+    out.rate_window = rate_window_for(step_s, out.scrape_interval_s)
+    pull = _Pull(
+        client, selectors, (start_ns, end_ns, step_s), out.rate_window, int(round(step_s * NS))
+    )
+    _pull_gpu(pull, out)
+    _pull_host(pull, out)
+    return out
+
+
 def _pull_traffic(pull: _Pull, out: PulledWindow, model: str | None) -> tuple[str | None, ...]:
     """Triton's counters of the chosen model's server (`--model`, else the busiest model);
     the chosen model's key. Without them there is nothing to analyze."""

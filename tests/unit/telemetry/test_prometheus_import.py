@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from loadkit.analysis.pipeline import analyze_run
-from loadkit.cli import main
+from loadkit.cli import build_parser, main
+from loadkit.commands import import_ as import_command
 from loadkit.commands.analyze import print_summary
-from loadkit.errors import TargetError
+from loadkit.errors import TargetError, UsageError
 from loadkit.rundir import load_run
 from loadkit.telemetry.prometheus.client import MAX_POINTS, PrometheusClient
 
@@ -396,3 +397,72 @@ def test_several_triton_instances_are_not_mixed(fake: Any, tmp_path: Path) -> No
     assert run.series("production_latency")["p99_ms"].dropna().eq(9.0).all()
     assert set(run.series("triton_stats")["instance"]) == {"pod-a:8002"}
     assert any('instance="pod-b:8002"' in n for n in run.info.notes)
+
+
+# --- the run's own window, joined into the run: --run DIR --------------------------------
+def _load_test(tmp_path: Path) -> Path:
+    """A finished 40 s load test at START whose host series is the load machine's (client)."""
+    from loadkit.rundir.writer import read_manifest_raw, write_manifest
+    from loadkit.testing.synthetic import RunSpec, write_run
+
+    spec = RunSpec(duration_s=40.0, rate_rps=50.0, sources=("host", "triton_stats"))
+    run_dir = write_run(spec, tmp_path, "load-test", start_ns=START * 10**9)
+    manifest = read_manifest_raw(run_dir)
+    manifest["environment"]["target_location"] = {
+        "local": False, "how": "address of another host", "host": "gpu-3", "address": "10.0.0.3"
+    }  # fmt: skip
+    for source in manifest["sources"]:
+        server = source["name"] != "host"
+        source.update(place="server" if server else "client", host="gpu-3" if server else "lg-1")
+    write_manifest(run_dir, manifest)
+    return run_dir
+
+
+def test_the_runs_own_window_of_the_servers_exporters_joins_the_run(
+    fake: Any, tmp_path: Path
+) -> None:
+    # GIVEN Prometheus has the server's DCGM (SM clock halved from 20 s) and node-exporter
+    gpu = {"gpu": "0", "Hostname": "gpu-3", "job": "dcgm"}
+    node = {"instance": "gpu-3:9100", "job": "node"}
+    server = fake(
+        {
+            "DCGM_FI_DEV_SM_CLOCK": [(gpu, lambda t: 990.0 if t >= 20 else 1980.0)],
+            "DCGM_FI_DEV_GPU_TEMP": [(gpu, lambda t: 80.0)],
+            "node_load1": [(node, lambda t: 3.5)],
+        }
+    )
+    run_dir = _load_test(tmp_path)
+    before = (run_dir / "telemetry" / "host.jsonl").read_text()
+    # WHEN the run's window is imported into it
+    assert main(["import", "--prometheus", server.url, "--run", str(run_dir), "--step", "1s"]) == 0
+    # THEN exactly the run's window was asked for
+    ranges = [r for r in server.requests if r["path"] == "/api/v1/query_range"]
+    assert {(float(r["start"]), float(r["end"])) for r in ranges} == {(START, START + 40)}
+    # AND gpu and host are the server's, from Prometheus; the load machine's host moved aside
+    run = load_run(run_dir)
+    assert run.place("gpu") == "server" and run.place("host") == "server"
+    assert run.place("host-local") == "client"
+    assert (run_dir / "telemetry" / "host-local.jsonl").read_text() == before
+    gpu_rows = run.series("gpu")
+    assert len(gpu_rows) == 41 and set(gpu_rows["imported_from"]) == {"prometheus:dcgm"}
+    assert set(run.series("host")["load1"]) == {3.5}
+    gpu_source = next(s for s in run.manifest["sources"] if s["name"] == "gpu")
+    assert gpu_source["imported_from"]["format"] == "prometheus"
+    assert (gpu_source["place"], gpu_source["host"]) == ("server", "gpu-3")
+    assert any("moved to telemetry/host-local.jsonl" in n for n in run.manifest["notes"])
+    # AND the analysis reads them: the server's SM clock per window, as for a local GPU
+    clock = [v for v in analyze_run(run).telemetry.gpu_sm_clock_mhz or [] if v is not None]
+    assert min(clock) == pytest.approx(990.0) and max(clock) == pytest.approx(1980.0)
+
+
+def test_joining_asks_for_no_window_and_a_finished_run(fake: Any, tmp_path: Path) -> None:
+    server = fake({})
+    run_dir = _load_test(tmp_path)
+    args = build_parser().parse_args(
+        ["import", "--prometheus", server.url, "--run", str(run_dir), "--window", "1h"]
+    )
+    with pytest.raises(UsageError, match="the run's own window"):
+        import_command.run(args)
+    # a Prometheus without the server's exporters: one line, nothing written
+    assert main(["import", "--prometheus", server.url, "--run", str(run_dir)]) == 2
+    assert not (run_dir / "telemetry" / "gpu.jsonl").exists()

@@ -15,13 +15,15 @@ from loadkit.telemetry.host import HostSampler
 from loadkit.telemetry.supervisor import plan_sources, sampling_rates
 
 
-def test_the_registry_holds_the_four_sources_with_their_rates_and_rows() -> None:
-    assert [s.name for s in sources.REGISTRY] == ["gpu", "host", "triton_stats", "metrics"]
+def test_the_registry_holds_the_five_sources_with_their_rates_and_rows() -> None:
+    names = ["gpu", "host", "triton_stats", "metrics", "scrape"]
+    assert [s.name for s in sources.REGISTRY] == names
     assert sources.DEFAULT_RATES_HZ == {
         "gpu": 10.0,
         "host": 2.0,
         "triton_stats": 1.0,
         "metrics": 1.0,
+        "scrape": 1.0,
     }
     rows = {s.name: s.row_type for s in sources.REGISTRY}
     assert rows == {
@@ -29,6 +31,7 @@ def test_the_registry_holds_the_four_sources_with_their_rates_and_rows() -> None
         "host": HostRow,
         "triton_stats": TritonStatsRow,
         "metrics": MetricRow,
+        "scrape": dict,  # the rows of the series it fills (gpu, host)
     }
     kinds = [k for s in sources.REGISTRY for k in s.samplers]
     assert len(kinds) == len(set(kinds)), "a sampler kind belongs to one source"
