@@ -79,6 +79,7 @@ from loadkit.analysis.telemetry import (
 from loadkit.errors import RunFormatError
 from loadkit.rundir import Run
 from loadkit.rundir.generator_check import schedule_shortfall
+from loadkit.rundir.schema import LOCAL_SUFFIX
 
 
 def primary_percentile(episodes: Sequence[SpikeEpisode], periodicity: Sequence[Periodicity]) -> str:
@@ -469,6 +470,12 @@ def align(run: Run) -> Aligned:
         else None
         for source in telemetry_sources.REGISTRY
     }
+    # This machine's copy beside the server's (`<name>-local`, docs/telemetry.md): the
+    # load machine's own causes read it (`places.sources_at`).
+    for source in telemetry_sources.REGISTRY:
+        local = source.name + LOCAL_SUFFIX
+        if run.has_series(local):
+            sources[local] = source.align(run.series(local), grid, context)
     sample_frame = run.request_sample_columns(REQUEST_SAMPLE_COLUMNS)
     samples = align_request_samples(sample_frame, grid)
     gaps = completion_gaps(run.load_intervals, sample_frame)

@@ -23,12 +23,14 @@ from typing import Any
 from loadkit.analysis import sources as telemetry_sources
 from loadkit.analysis.model import RunInfo, SeriesPlace, TargetPlace
 from loadkit.rundir.schema import (
+    LOCAL_SUFFIX,
     PLACE_CLIENT,
     PLACE_SERVER,
     PLACE_UNKNOWN,
     SERIES_PARTS,
     Manifest,
     field_place,
+    series_kind,
 )
 
 # The two sides a reader can want: the server's machine, or a machine sending load.
@@ -92,9 +94,27 @@ def side_of(place: str) -> str:
 
 def sampled_at(places: Iterable[SeriesPlace], name: str, side: str) -> bool:
     """Whether a series (`gpu`) or a part of it (`host.process`; `host`: the machine's part)
-    was sampled on `side` (unknown counts as the server's: `side_of`)."""
+    was sampled on `side` (unknown counts as the server's: `side_of`), itself or as this
+    machine's copy beside the server's (`host-local`)."""
     series, _, part = name.partition(".")
-    return side_of(part_place(places, series, part or None)) == side
+    places = tuple(places)
+    if side_of(part_place(places, series, part or None)) == side:
+        return True
+    local = series + LOCAL_SUFFIX
+    return _entry(places, local) is not None and (
+        side_of(part_place(places, local, part or None)) == side
+    )
+
+
+def series_at(places: Iterable[SeriesPlace], series: str, side: str) -> str:
+    """The name `series` was recorded under on `side`: itself, or this machine's copy
+    (`host-local`) where the server's copy holds the name (`sources_at` reads the same)."""
+    places = tuple(places)
+    local = series + LOCAL_SUFFIX
+    if side_of(part_place(places, series)) != side and _entry(places, local) is not None:
+        if side_of(part_place(places, local)) == side:
+            return local
+    return series
 
 
 def sources_at(
@@ -119,6 +139,12 @@ def sources_at(
             for part in elsewhere:
                 series = entry.without_part(series, part)
             out[name] = series
+    # A series recorded twice (the server's scraped copy, and this machine's as
+    # `<name>-local`): a side that does not see the server's copy reads its own.
+    for name in list(out):
+        kind = series_kind(name)
+        if name.endswith(LOCAL_SUFFIX) and out[name] is not None and out.get(kind) is None:
+            out[kind] = out[name]
     return out
 
 

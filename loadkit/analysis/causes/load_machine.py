@@ -42,14 +42,15 @@ from loadkit.analysis.causes.base import (
     need,
 )
 from loadkit.analysis.model import Evidence
-from loadkit.analysis.places import part_place
+from loadkit.analysis.places import CLIENT_SIDE, part_place, series_at
 
 CAUSE_LOAD_MACHINE = "load_machine_saturated"
 
 
 def machine_name(sig: Signals) -> str:
     """The load machine's name as its host series' source recorded it ("": not recorded)."""
-    entry = next((p for p in sig.places if p.name == "host" and p.file is not None), None)
+    series = series_at(sig.places, "host", CLIENT_SIDE)
+    entry = next((p for p in sig.places if p.name == series and p.file is not None), None)
     if entry is None or not entry.host:
         return ""
     return entry.host + (" (loadkit's machine)" if entry.loadkit_host else "")
@@ -82,7 +83,8 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     lag = components(sig).get("generator_lag")
     outside = components(sig).get("client_network")
     name = machine_name(sig)
-    cgroup_is_loadkits = part_place(sig.places, "host", "process") == "client"
+    host_series = series_at(sig.places, "host", CLIENT_SIDE)
+    cgroup_is_loadkits = part_place(sig.places, host_series, "process") == "client"
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
         out = [

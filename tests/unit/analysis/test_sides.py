@@ -271,3 +271,35 @@ def test_memory_drift_reads_the_server_s_process_and_its_machine_s_memory(tmp_pa
     scraped = {"place": "server", "host": "198.18.0.2", "parts": {"process": "server"}}
     there = _drifts(_leak(tmp_path / "there", replace(LEAK, target_local=False), scraped))
     assert "hours_to_host_memory" not in there["server_memory_growth"]
+
+
+def test_beside_the_servers_scraped_host_the_load_machine_s_copy_is_read_as_its_own(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a remote target whose host series came from its exporters (`--scrape node=`,
+    # place server, a quiet server) while this machine's copy, throttled every 9 s by the
+    # load machine's quota, was written beside it as `host-local` (docs/telemetry.md)
+    path = write_run(replace(LOAD_QUOTA, target_local=False), tmp_path, run_id="scraped")
+    telemetry = path / "telemetry"
+    (telemetry / "host.jsonl").rename(telemetry / "host-local.jsonl")
+    quiet = []
+    for line in (telemetry / "host-local.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        for key in row:
+            if key.startswith("cgroup_"):
+                row[key] = None
+        row["cpu_per_core_pct"] = [5.0 for _ in row.get("cpu_per_core_pct") or [0.0]]
+        quiet.append(json.dumps(row))
+    (telemetry / "host.jsonl").write_text("\n".join(quiet) + "\n")
+    manifest = json.loads((path / MANIFEST_FILE).read_text())
+    (local,) = [s for s in manifest["sources"] if s["name"] == "host"]
+    server = {**local, "place": "server", "host": "198.18.0.2", "parts": {}}
+    local.update(name="host-local", file="telemetry/host-local.jsonl")
+    manifest["sources"].append(server)
+    write_manifest(path, manifest)
+    a = analyze_run(load_run(path))
+    # THEN the load machine's quota is found from its own copy, by its name ...
+    assert a.findings and a.findings[0].cause == LOAD_MACHINE, _causes(a)
+    assert "loadgen-1" in a.findings[0].summary, a.findings[0].summary
+    # ... and the server's host series, quiet, names no server cause
+    assert "cgroup_throttling" not in _causes(a) and "cpu_saturation" not in _causes(a)
