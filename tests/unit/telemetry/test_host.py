@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from loadkit.rundir.schema import HostRow, row_problems
@@ -38,6 +39,19 @@ SNMP = (
     "Tcp: 1 200 120000 -1 297 55 225 0 0 18905 14047 0 0 241 0\n"
 )
 HYBRID_CGROUP = "9:name=systemd:/\n4:memory:/\n2:cpuacct:/\n1:cpu:/loadkit-quota\n0::/\n"
+
+
+def _burn_counted_cpu(at_least_s: float = 0.05) -> None:
+    """Burn CPU until the kernel has counted some to this process.
+
+    CPU time is counted in clock ticks (10 ms): a fixed ~15 ms of work read as 0 % on a
+    busy machine (three pytest workers on two cores). Bounded: at most 5 s.
+    """
+    me = psutil.Process()
+    start = sum(me.cpu_times()[:2])
+    deadline = time.monotonic() + 5.0
+    while sum(me.cpu_times()[:2]) - start < at_least_s and time.monotonic() < deadline:
+        sum(i * i for i in range(20_000))
 
 
 def test_cpu_stat_v1_and_v2() -> None:
@@ -93,7 +107,7 @@ def test_sampler_deltas_from_a_fake_proc_and_cgroup_tree(tmp_path: Path) -> None
         "nr_periods 1300\nnr_throttled 390\nthrottled_time 9812345678\n"
     )
     (proc / "net" / "snmp").write_text(SNMP.replace(" 297 55 ", " 307 60 "))
-    sum(i * i for i in range(200_000))  # burn a little CPU in the "server"
+    _burn_counted_cpu()  # in the "server"
     (second,) = sampler.sample(T + 500_000_000)
     assert second["cgroup_nr_periods_delta"] == 100
     assert second["cgroup_nr_throttled_delta"] == 50
