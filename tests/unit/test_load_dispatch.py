@@ -206,6 +206,7 @@ def test_the_scheduler_queues_every_due_arrival_in_one_pass_and_keeps_each_ones_
 
 
 @pytest.mark.skipif(not hrtimer.available(), reason="no timerfd on this platform")
+@pytest.mark.quiet_host  # a median within 0.2 ms: a busy core delays the wake-up itself
 @pytest.mark.parametrize("rate", [100.0, 200.0, 1000.0])
 def test_the_timerfd_sends_on_time_where_gevents_timer_is_late(rate: float) -> None:
     # GIVEN arrivals 10, 5 and 1 ms apart (gevent's timer alone: 0.65-0.9 ms late at the median)
