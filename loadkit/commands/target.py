@@ -12,6 +12,7 @@ from pathlib import Path
 from loadkit import lifeline
 from loadkit.errors import TargetError, UsageError
 from loadkit.target.config import DEFAULT_MODEL_PARAMS, EXTRA_MODELS, MODEL_NAME, USER_DIM
+from loadkit.target.ports import HOST
 from loadkit.target.runtime import find_runtime
 from loadkit.target.server import EmbeddedTriton
 from loadkit.target.smoke import curl_example, run_smoke
@@ -43,13 +44,21 @@ examples:
   loadkit target --max-queue-delay-us 20000   # a (too) long batching window
   loadkit target --smoke               # one HTTP + one gRPC inference, then exit
   loadkit target --model-control explicit   # `loadkit sweep` may reload the model
+  loadkit target --bind 127.0.0.2 --http-port 0 --grpc-port 0 --metrics-port 0   # another address
 """
 
 _DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    ports = parser.add_argument_group("ports (127.0.0.1 only; 0 = pick a free port)")
+    ports = parser.add_argument_group("address and ports (0 = pick a free port)")
+    ports.add_argument(
+        "--bind",
+        default=HOST,
+        metavar="ADDRESS",
+        help=f"the address Triton listens on (default {HOST}: this machine only); e.g. an "
+        "address of a network namespace, to test a server on another host",
+    )
     for service, default in _DEFAULT_PORTS.items():
         ports.add_argument(
             f"--{service}-port",
@@ -140,7 +149,7 @@ def run_hint(http_url: str) -> str:
 def _print_banner(server: EmbeddedTriton, args: argparse.Namespace) -> None:
     info = server.describe()
     print(
-        f"Triton {info['version']} is serving {', '.join(server.model_names)} on 127.0.0.1 "
+        f"Triton {info['version']} is serving {', '.join(server.model_names)} on {server.host} "
         f"(embedded, CPU, pid {server.pid})"
     )
     print(f"  HTTP     {server.http_url}")
@@ -181,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_config=tuple(args.metrics_config),
         payload_input=False,
         model_control=args.model_control,
+        host=args.bind,
         **{f"{service}_port": port for service, port in _ports(args).items()},
     )
     # SIGINT and SIGTERM (Ctrl-C, systemd, docker stop, kill -INT of a background

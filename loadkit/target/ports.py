@@ -10,20 +10,20 @@ from loadkit.errors import TargetError
 HOST = "127.0.0.1"
 
 
-def _bind(port: int) -> socket.socket:
+def _bind(port: int, host: str = HOST) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     # Triton's listeners use SO_REUSEADDR too: a TIME_WAIT leftover is no conflict,
     # a live listener still is.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((HOST, port))
+        sock.bind((host, port))
     except OSError:
         sock.close()
         raise
     return sock
 
 
-def choose_ports(requested: dict[str, int]) -> dict[str, int]:
+def choose_ports(requested: dict[str, int], host: str = HOST) -> dict[str, int]:
     """Map service -> port: fixed ports checked free, 0 replaced by distinct free ports.
 
     A free ephemeral port can still be taken by someone else before Triton binds
@@ -38,10 +38,10 @@ def choose_ports(requested: dict[str, int]) -> dict[str, int]:
             if not 0 <= port <= 65535:
                 raise TargetError(f"{service} port {port} is not a valid TCP port")
             try:
-                sock = held.enter_context(_bind(port))
+                sock = held.enter_context(_bind(port, host))
             except OSError as exc:
                 raise TargetError(
-                    f"{service} port {HOST}:{port} is already in use ({exc.strerror})",
+                    f"{service} port {host}:{port} is already in use ({exc.strerror})",
                     hint=f"pass --{service}-port 0 to pick a free port, or stop the process "
                     f"listening there (ss -ltnp | grep :{port})",
                 ) from None

@@ -101,7 +101,11 @@ class EmbeddedTriton:
         payload_input: bool = False,
         extra_models_queue_delay_us: int | None = None,
         model_control: str = "none",
+        host: str = HOST,
     ) -> None:
+        # The address every listener binds: 127.0.0.1 unless told otherwise (an address
+        # inside a network namespace, for a test of a server on another machine).
+        self.host = host
         self.settings = ModelSettings(
             max_batch_size=max_batch_size,
             max_queue_delay_us=max_queue_delay_us,
@@ -154,16 +158,16 @@ class EmbeddedTriton:
 
     @property
     def http_url(self) -> str:
-        return f"http://{HOST}:{self._port('http')}"
+        return f"http://{self.host}:{self._port('http')}"
 
     @property
     def grpc_url(self) -> str:
         """host:port, the form tritonclient.grpc expects."""
-        return f"{HOST}:{self._port('grpc')}"
+        return f"{self.host}:{self._port('grpc')}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{HOST}:{self._port('metrics')}/metrics"
+        return f"http://{self.host}:{self._port('metrics')}/metrics"
 
     @property
     def pid(self) -> int:
@@ -209,7 +213,7 @@ class EmbeddedTriton:
             env = server_environment(runtime)
             ephemeral = any(port == 0 for port in self._requested_ports.values())
             for attempt in range(3):
-                self._ports = choose_ports(self._requested_ports)
+                self._ports = choose_ports(self._requested_ports, self.host)
                 self._launch(runtime.binary, repository, backends, env)
                 try:
                     self._wait_ready()
@@ -254,12 +258,12 @@ class EmbeddedTriton:
             "--strict-readiness=true",
             "--exit-on-error=true",
             "--disable-auto-complete-config",  # our config is complete; saves a stub launch
-            f"--http-address={HOST}",
+            f"--http-address={self.host}",
             f"--http-port={self._ports['http']}",
-            f"--grpc-address={HOST}",
+            f"--grpc-address={self.host}",
             f"--grpc-port={self._ports['grpc']}",
             "--allow-metrics=true",
-            f"--metrics-address={HOST}",
+            f"--metrics-address={self.host}",
             f"--metrics-port={self._ports['metrics']}",
             f"--metrics-interval-ms={self.metrics_interval_ms}",
             "--allow-gpu-metrics=false",  # no GPU here; the simulated GPU reports its own

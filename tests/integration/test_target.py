@@ -262,6 +262,24 @@ def test_port_in_use_is_a_clear_error() -> None:
     assert info.value.hint and "--grpc-port 0" in info.value.hint
 
 
+def test_a_server_bound_to_another_address_listens_there_only() -> None:
+    # GIVEN the server bound to 127.0.0.2 (the first step of a server on another host:
+    # a network namespace's address works the same way)
+    with EmbeddedTriton(host="127.0.0.2") as triton:
+        assert triton.http_url.startswith("http://127.0.0.2:")
+        with urllib.request.urlopen(f"{triton.http_url}/v2/health/ready", timeout=5) as r:
+            assert r.status == 200
+        # THEN nothing listens on 127.0.0.1 at its ports
+        for url in (triton.http_url, triton.metrics_url):
+            port = int(url.split(":")[2].split("/")[0])
+            with socket.socket() as probe:
+                assert probe.connect_ex(("127.0.0.1", port)) != 0, url
+    # AND the command's smoke test runs against that address
+    result = run_cli("target", "--smoke", "--bind", "127.0.0.2")
+    assert result.returncode == 0, result.stderr
+    assert "smoke test passed" in result.stdout
+
+
 def test_model_load_failure_shows_tritons_reason(tmp_path: Path) -> None:
     log = tmp_path / "triton.log"
     with pytest.raises(TargetError) as info:
