@@ -676,7 +676,10 @@ def judge(
     thresholds, source = resolve_slo(slo, run.info.slo)
     if production.is_production(run):  # per-step quantiles: judged step by step
         lat = aligned.windows.corrected
-        overall = production.with_server_totals(overall, run, aligned.grid, lat)
+        overall = replace(
+            production.with_server_totals(overall, run, aligned.grid),
+            step_latency=production.step_latency(run, lat, aligned.window_s),
+        )
         steps = {"p50": lat.p50_ms, "p95": lat.p95_ms, "p99": lat.p99_ms, "p999": lat.p999_ms}
         verdict = step_verdict(thresholds, source, overall, steps, aligned.window_s)
     else:

@@ -183,14 +183,12 @@ def step_latency(run: Run, latency: LatencyWindows, step_s: float) -> StepLatenc
     return StepLatency(latency_source(run), step_s, median, worst)
 
 
-def with_server_totals(
-    overall: OverallStats, run: Run, grid: WindowGrid, latency: LatencyWindows
-) -> OverallStats:
+def with_server_totals(overall: OverallStats, run: Run, grid: WindowGrid) -> OverallStats:
     """Completed, failed and the rate over the window, from Triton's own counters (a
-    production window has no load counters), and the latency per step; the whole-window
-    percentiles stay unknown: quantiles of steps cannot be merged."""
+    production window has no load counters); the whole-window percentiles stay unknown:
+    quantiles of steps cannot be merged."""
     if not run.has_series("triton_stats"):
-        return replace(overall, step_latency=step_latency(run, latency, grid.window_s))
+        return overall
     triton = run.series("triton_stats")
     model = (run.info.production or {}).get("model")
     if model is not None and "model" in triton.columns:
@@ -209,7 +207,6 @@ def with_server_totals(
     duration = overall.duration_s
     return replace(
         overall,
-        step_latency=step_latency(run, latency, grid.window_s),
         ok=ok,
         errors=errors,
         completed=completed,

@@ -34,13 +34,11 @@ from typing import Any
 
 from loadkit.endpoint import HTTP_SCHEMES, parse_endpoint
 from loadkit.errors import UsageError
-from loadkit.rundir.schema import PLACE_SERVER
 from loadkit.telemetry.base import (
     Row,
     Sampler,
     SamplerOptions,
     SamplerSpec,
-    SourcePlace,
     SourcePlan,
     SourceUnavailable,
     TelemetrySource,
@@ -341,10 +339,7 @@ def plan_scrapes(options: SamplerOptions, interval_s: float) -> tuple[SourcePlan
         if not mine:
             continue
         spec = SamplerSpec(series, "scrape", interval_s, {"targets": [t.to_option() for t in mine]})
-        place = the_server(options, mine[0].url)
-        plans.append(
-            SourcePlan(spec, place=SourcePlace(PLACE_SERVER, place.host), holds_series=True)
-        )
+        plans.append(SourcePlan(spec, place=the_server(options, mine[0].url), holds_series=True))
     return tuple(plans)
 
 

@@ -136,6 +136,8 @@ class Signals(SourceAccessors):
     # Where each telemetry series was sampled (analysis.json's `run.sources`); empty: nowhere
     # known, every series read as the server's (analysis/places.py).
     places: tuple[SeriesPlace, ...] = ()
+    # Each side's view, made once: every cause of a side reads the same one.
+    _views: dict[str, Signals] = field(init=False, default_factory=dict, repr=False, compare=False)
 
     @property
     def n(self) -> int:
@@ -147,7 +149,11 @@ class Signals(SourceAccessors):
         A server cause reads the server's machine (and series of unknown place, as
         before places were); a cause of the load machine, the load machine's.
         """
-        return replace(self, sources=sources_at(self.sources, self.places, side))
+        view = self._views.get(side)
+        if view is None:
+            view = replace(self, sources=sources_at(self.sources, self.places, side))
+            self._views[side] = view
+        return view
 
 
 @dataclass
