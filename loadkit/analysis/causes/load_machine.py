@@ -45,6 +45,9 @@ from loadkit.analysis.model import Evidence
 from loadkit.analysis.places import CLIENT_SIDE, part_place, series_at
 
 CAUSE_LOAD_MACHINE = "load_machine_saturated"
+# A sign of the load machine's that holds in this share of the baseline windows is the
+# run's standing condition, not a spike's cause.
+STANDING_SHARE = 0.5
 
 
 def machine_name(sig: Signals) -> str:
@@ -70,15 +73,26 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     short = np.zeros(sig.n, dtype=bool)
     known = np.zeros(sig.n, dtype=bool)
     metric = np.full(sig.n, np.nan)
+    standing: list[str] = []
+    conditions = []
     if busy is not None:
-        short |= np.nan_to_num(busy, nan=0.0) >= BUSY_CORES_SHARE
-        known |= ~np.isnan(busy)
-        metric = np.fmax(metric, busy)
+        conditions.append(("cores busy", busy >= BUSY_CORES_SHARE, busy, busy))
     if throttled is not None:
         usual = median(throttled, baseline) or 0.0
-        short |= np.nan_to_num(throttled, nan=0.0) >= max(CGROUP_THROTTLED_PCT, 2.0 * usual)
-        known |= ~np.isnan(throttled)
-        metric = np.fmax(metric, throttled / 100.0)
+        at_least = max(CGROUP_THROTTLED_PCT, 2.0 * usual)
+        conditions.append(
+            ("container throttled", throttled >= at_least, throttled, throttled / 100)
+        )
+    for what, cond, values, scaled in conditions:
+        seen = ~np.isnan(values)
+        known |= seen
+        if _standing(cond & seen, seen & baseline):
+            # Held all run long: the generator's own check (an alert) speaks for it, and
+            # it would hide the sign that did come and go with the spikes.
+            standing.append(what)
+            continue
+        short |= cond & seen
+        metric = np.fmax(metric, scaled)
     holds = np.where(known, short.astype(float), np.nan)
     lag = components(sig).get("generator_lag")
     outside = components(sig).get("client_network")
@@ -151,7 +165,15 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
             ]
         return out
 
-    return Signature(cause, holds, metric, evidence)
+    notes = [
+        f"load machine {w} in most baseline windows: left to the generator check" for w in standing
+    ]
+    return Signature(cause, holds, metric, evidence, notes=notes)
+
+
+def _standing(cond: np.ndarray, baseline: np.ndarray) -> bool:
+    """Whether a sign holds in most baseline windows (a load machine short all run long)."""
+    return bool(baseline.any()) and float(np.mean(cond[baseline])) >= STANDING_SHARE
 
 
 def _machine(e: list[Evidence]) -> str:
@@ -165,18 +187,23 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
     cores = ev(e, "load_machine_cores_at_95pct_in_episodes")
     # Each sign that held in the spikes (both where neither did on average).
     capped = throttled is not None and throttled >= CGROUP_THROTTLED_PCT
-    busy = cores is not None and cores >= BUSY_CORES_SHARE
+    usual_cores = ev(e, "load_machine_cores_at_95pct_baseline")
+    # Cores as busy in baseline as in the spikes are the run's, not the spikes' (a note says so).
+    busy = (
+        cores is not None
+        and cores >= BUSY_CORES_SHARE
+        and (usual_cores is None or usual_cores < BUSY_CORES_SHARE)
+    )
     what = []
     if throttled is not None and (capped or not busy):
         what.append(
             f"its container throttled in {fmt(throttled)}% of CFS periods vs "
             f"{fmt(ev(e, 'load_machine_throttled_periods_baseline'))}% in baseline"
         )
-    if cores is not None and (busy or not capped):
-        usual = ev(e, "load_machine_cores_at_95pct_baseline")
+    if cores is not None and (busy or not (capped or throttled is not None)):
         what.append(
             f"{fmt(100 * cores)}% of its cores at >=95% vs "
-            f"{fmt(None if usual is None else 100 * usual)}% in baseline"
+            f"{fmt(None if usual_cores is None else 100 * usual_cores)}% in baseline"
         )
     lag = ev(e, "generator_lag_in_episodes")
     late = (

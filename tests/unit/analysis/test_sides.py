@@ -303,3 +303,23 @@ def test_beside_the_servers_scraped_host_the_load_machine_s_copy_is_read_as_its_
     assert "loadgen-1" in a.findings[0].summary, a.findings[0].summary
     # ... and the server's host series, quiet, names no server cause
     assert "cgroup_throttling" not in _causes(a) and "cpu_saturation" not in _causes(a)
+
+
+def test_a_load_machine_busy_all_run_long_still_shows_its_quota_coming_and_going(
+    tmp_path: Path,
+) -> None:
+    # GIVEN the load machine's container throttled every 9 s, on a load machine whose
+    # cores are all busy all run long (a loaded CI runner: the sign holds everywhere)
+    path = write_run(replace(LOAD_QUOTA, target_local=False), tmp_path, run_id="busy")
+    host = path / "telemetry" / "host.jsonl"
+    rows = [json.loads(line) for line in host.read_text().splitlines()]
+    for row in rows:
+        row["cpu_per_core_pct"] = [99.0 for _ in row.get("cpu_per_core_pct") or [0.0, 0.0]]
+    host.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    a = analyze_run(load_run(path))
+    # THEN the quota that came with the spikes is named; the standing busy cores are not
+    # what hides it (they held in every baseline window too) and the note says so
+    top = a.findings[0]
+    assert top.cause == LOAD_MACHINE, _causes(a)
+    assert "container throttled" in top.summary and "cores at" not in top.summary, top.summary
+    assert "cores busy in most baseline windows" in top.summary
