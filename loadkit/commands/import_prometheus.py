@@ -277,7 +277,7 @@ def join_run(args: argparse.Namespace) -> int:
                 },
                 "unknown_fields": [],
                 "place": PLACE_SERVER,
-                "host": hosts.pop() if len(hosts) == 1 else None,
+                "host": hosts.pop() if len(hosts) == 1 else pulled.hosts.get(series),
                 "parts": {},
             }
         )

@@ -64,9 +64,7 @@ class ServerHost:
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["ip", *args], capture_output=True, text=True, timeout=30, check=check
-    )
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
 
 
 def _subnet() -> tuple[str, str]:
@@ -118,7 +116,9 @@ def server_host() -> Iterator[ServerHost]:
         _ip("netns", "del", tag, check=False)
 
 
-def wait_ready(url: str, timeout_s: float = 60.0, proc: subprocess.Popen[Any] | None = None) -> None:
+def wait_ready(
+    url: str, timeout_s: float = 60.0, proc: subprocess.Popen[Any] | None = None
+) -> None:
     """Until `url` answers 200, or fail with why (the process died, or time ran out)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -155,8 +155,6 @@ def start_triton(host: ServerHost, log: Path, *extra: str) -> RemoteTriton:
         [sys.executable, "-m", "loadkit.cli", "target", "--bind", host.address, *extra],
         log=out,
     )
-    triton = RemoteTriton(
-        host, proc.pid, host.url(8000), host.url(8002, "/metrics"), log
-    )
+    triton = RemoteTriton(host, proc.pid, host.url(8000), host.url(8002, "/metrics"), log)
     wait_ready(host.url(8000, "/v2/health/ready"), timeout_s=90, proc=proc)
     return triton

@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from loadkit.errors import UsageError
 from loadkit.telemetry.prometheus.client import NS, PrometheusClient
@@ -56,6 +57,9 @@ class PulledWindow:
     model: str | None = None
     rate_window: str = ""
     scrape_interval_s: float | None = None
+    # The machine each series was sampled on, where its exporter's labels say it
+    # (node-exporter's `instance`, without the port).
+    hosts: dict[str, str] = field(default_factory=dict)
 
 
 # The families a plain --selector (the serving process's, e.g. {job="triton"}) applies to.
@@ -399,6 +403,10 @@ def _pull_host(pull: _Pull, out: PulledWindow) -> None:
                 f"not {', '.join(_label(k, family) for k in keys[1:4])}"
                 f"{' ...' if len(keys) > 4 else ''} (narrow with --selector {family.name}=...)"
             )
+        if family is NODE and kept[0]:
+            machine = urlsplit(f"//{kept[0]}").hostname
+            if machine:
+                out.hosts.setdefault(SERIES_HOST, machine)
         family_counters = [m.field for m in family.metrics if m.kind == "counter"]
         resets = _count_resets(by_key[kept], family_counters)
         for row in by_key[kept]:

@@ -449,6 +449,8 @@ def test_the_runs_own_window_of_the_servers_exporters_joins_the_run(
     gpu_source = next(s for s in run.manifest["sources"] if s["name"] == "gpu")
     assert gpu_source["imported_from"]["format"] == "prometheus"
     assert (gpu_source["place"], gpu_source["host"]) == ("server", "gpu-3")
+    host_source = next(s for s in run.manifest["sources"] if s["name"] == "host")
+    assert host_source["host"] == "gpu-3"  # node-exporter's instance, without its port
     assert any("moved to telemetry/host-local.jsonl" in n for n in run.manifest["notes"])
     # AND the analysis reads them: the server's SM clock per window, as for a local GPU
     clock = [v for v in analyze_run(run).telemetry.gpu_sm_clock_mhz or [] if v is not None]
