@@ -79,7 +79,7 @@ from loadkit.analysis.telemetry import (
 from loadkit.errors import RunFormatError
 from loadkit.rundir import Run
 from loadkit.rundir.generator_check import schedule_shortfall
-from loadkit.rundir.schema import LOCAL_SUFFIX
+from loadkit.rundir.schema import LOCAL_SUFFIX, WORKER_SERIES_PREFIX
 
 
 def primary_percentile(episodes: Sequence[SpikeEpisode], periodicity: Sequence[Periodicity]) -> str:
@@ -476,6 +476,13 @@ def align(run: Run) -> Aligned:
         local = source.name + LOCAL_SUFFIX
         if run.has_series(local):
             sources[local] = source.align(run.series(local), grid, context)
+    # Each worker machine's host series under --master (load/generator/machine.py): load
+    # machines too, read by the load machine's cause beside this one's.
+    host_source = telemetry_sources.BY_NAME["host"]
+    for listed in run.info.sources:
+        name = listed.name or ""
+        if name.startswith(WORKER_SERIES_PREFIX) and run.has_series(name):
+            sources[name] = host_source.align(run.series(name), grid, context)
     sample_frame = run.request_sample_columns(REQUEST_SAMPLE_COLUMNS)
     samples = align_request_samples(sample_frame, grid)
     gaps = completion_gaps(run.load_intervals, sample_frame)

@@ -63,6 +63,8 @@ from loadkit.load.scenario import manifest_scenario
 from loadkit.placement import locate_target
 from loadkit.recording import Recording
 from loadkit.rundir import RunWriter
+from loadkit.rundir.layout import TELEMETRY_DIR
+from loadkit.rundir.schema import PLACE_CLIENT
 
 LOGS_DIR = "logs"
 _POLL_S = 0.1  # the guard sees a complete interval within this of its being written
@@ -779,6 +781,7 @@ class LoadRun:
                     writer.add_note(note)
                     print(f"WARNING: {note}", file=sys.stderr)
                 writer.update(distributed=distributed)
+                self._worker_machines(distributed)
             if self.failure is not None:
                 self.status = "aborted"
                 writer.add_note(self.failure)
@@ -788,6 +791,29 @@ class LoadRun:
             if getattr(self, "printer", None) is not None:
                 self.printer.finish()  # type: ignore[union-attr]
             self.recording.finish(self.status)
+
+    def _worker_machines(self, distributed: Mapping[str, Any]) -> None:
+        """Each worker machine's host series (`generator/machine.py`): the load's, `client`."""
+        assert self.recording is not None
+        listed: set[str] = set()
+        for worker in distributed.get("workers") or []:
+            series = worker.get("machine_series")
+            if not series or series in listed:
+                continue
+            listed.add(series)
+            self.recording.add_source(
+                {
+                    "name": series,
+                    "file": f"{TELEMETRY_DIR}/{series}.jsonl",
+                    "interval_s": 1.0,  # one row per record interval
+                    "simulated": False,
+                    "warning": None,
+                    "place": PLACE_CLIENT,
+                    "host": worker.get("host"),
+                    "parts": {},
+                    "worker": worker.get("worker"),
+                }
+            )
 
 
 def run_scenario(scenario_path: str | os.PathLike[str], target_url: str, **keywords: Any) -> Path:

@@ -506,6 +506,8 @@ SERVER_SOURCES = frozenset({"triton_stats", "metrics"})
 # The file stem suffix of this machine's copy of a series the server's own copy holds
 # (`loadkit run --scrape`, `loadkit import --prometheus --run`): `host-local`.
 LOCAL_SUFFIX = "-local"
+# A worker machine's host series under --master: `host-worker-<host>` (place client).
+WORKER_SERIES_PREFIX = "host-worker-"
 
 
 def series_kind(series: str) -> str:

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -203,6 +204,12 @@ def test_master_writes_one_run_from_workers_that_cannot_see_it(
     assert [w["worker"] for w in workers] == ["worker-0", "worker-1"]
     assert all(abs(w["clock"]["offset_ms"]) < 50 for w in workers)
     assert manifest["distributed"]["lost"] == []
+    # ... and the workers' machine (both run on this one) is one host series of the load's
+    machines = [s for s in manifest["sources"] if s["name"].startswith("host-worker-")]
+    assert len(machines) == 1, manifest["sources"]
+    assert (machines[0]["place"], machines[0]["host"]) == ("client", socket.gethostname())
+    rows = (cluster.run_dir / machines[0]["file"]).read_text().splitlines()
+    assert len(rows) >= 3 and all("cpu_per_core_pct" in row for row in rows), rows[:2]
 
 
 def test_a_killed_worker_is_reported_and_the_run_completes(

@@ -165,3 +165,43 @@ def test_a_worker_that_cannot_reach_the_master_says_so_in_one_line(
     assert code == 3
     assert err[0].startswith(f"ERROR: cannot reach the loadkit master at 127.0.0.1:{port}")
     assert "Connection refused" in err[0] and err[1].startswith("HINT: ")
+
+
+def test_each_worker_machine_is_one_host_series_written_by_the_master(tmp_path: Path) -> None:
+    # GIVEN three worker processes on two machines, each sampling its machine per interval
+    sent: list[dict[str, Any]] = []
+    sinks = []
+    for process, host in (("worker-0", "lg-1"), ("worker-1", "lg-1"), ("worker-2", "lg-2")):
+        ticks = iter(range(100))
+
+        def machine(host: str = host, ticks: Any = ticks) -> dict[str, Any]:
+            t = T0 + next(ticks) * S
+            return {"t_ns": t, "cpu_per_core_pct": [99.0, 12.0], "cores": 2, "host": host}
+
+        sink = ChannelSink(process, lambda _t, d: sent.append(d), machine=machine)
+        sinks.append(sink)
+    for _ in range(3):
+        for sink in sinks:
+            sink.interval_done()
+    for sink in sinks:
+        sink.close()
+    # WHEN the master receives every record (a duplicate among them)
+    collector = RecordCollector(tmp_path)
+    for data in [*sent, sent[0]]:
+        collector.receive(data)
+    collector.close()
+    # THEN one series per machine, each row once, without the host column (it is the source's)
+    assert collector.machine_series() == {"host-worker-lg-1": "lg-1", "host-worker-lg-2": "lg-2"}
+    for series in ("host-worker-lg-1", "host-worker-lg-2"):
+        rows = (tmp_path / "telemetry" / f"{series}.jsonl").read_text().splitlines()
+        assert len(rows) == 3 and all('"host"' not in r for r in rows), rows
+
+    # AND a machine that cannot be read does not stop the records
+    def unreadable() -> dict[str, Any]:
+        raise OSError("no /proc")
+
+    quiet: list[dict[str, Any]] = []
+    sink = ChannelSink("worker-9", lambda _t, d: quiet.append(d), machine=unreadable)
+    sink.interval_done()
+    sink.interval_done()
+    assert len(quiet) == 2 and quiet[0]["machine"] == []

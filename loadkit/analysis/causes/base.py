@@ -24,7 +24,7 @@ from loadkit.analysis.model import Evidence, Finding, SeriesPlace
 from loadkit.analysis.noise import above_spread
 from loadkit.analysis.places import CLIENT_SIDE, SERVER_SIDE, sources_at
 from loadkit.analysis.sources import SourceAccessors
-from loadkit.analysis.telemetry import RequestSampleSeries, align_load
+from loadkit.analysis.telemetry import HostSeries, RequestSampleSeries, align_load
 
 # Kinds of cause: an episode cause explains spike episodes; a standing condition is
 # there all run long and never counts as a spike cause; "either" can be both.
@@ -415,9 +415,11 @@ def service_capacity_rps(sig: Signals, baseline: np.ndarray) -> np.ndarray | Non
 
 def busy_cores(sig: Signals) -> np.ndarray | None:
     """Share of cores at >= 95 % per window (from the mean CPU where there is no per-core data)."""
-    host = sig.host
-    if host is None:
-        return None
+    return None if sig.host is None else host_busy_cores(sig.host)
+
+
+def host_busy_cores(host: HostSeries) -> np.ndarray | None:
+    """`busy_cores` of one machine's host series (a worker machine's too)."""
     if host.has_per_core:
         return host.busy_core_frac
     if np.all(np.isnan(host.cpu_mean_pct)):

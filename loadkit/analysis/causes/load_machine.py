@@ -21,6 +21,8 @@ Where the host series were sampled on the server's machine, or nobody knows wher
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from loadkit.analysis.causes.base import (
@@ -31,18 +33,19 @@ from loadkit.analysis.causes.base import (
     Signals,
     Signature,
     assessed,
-    busy_cores,
     check,
     components,
     ev,
     fmt,
+    host_busy_cores,
     maximum,
     mean,
     median,
-    need,
 )
 from loadkit.analysis.model import Evidence
 from loadkit.analysis.places import CLIENT_SIDE, part_place, series_at
+from loadkit.analysis.telemetry import HostSeries
+from loadkit.rundir.schema import WORKER_SERIES_PREFIX
 
 CAUSE_LOAD_MACHINE = "load_machine_saturated"
 # A sign of the load machine's that holds in this share of the baseline windows is the
@@ -59,21 +62,53 @@ def machine_name(sig: Signals) -> str:
     return entry.host + (" (loadkit's machine)" if entry.loadkit_host else "")
 
 
-@assessed(CAUSE_LOAD_MACHINE)
-def signature(sig: Signals, baseline: np.ndarray) -> Signature:
-    """The load machine's cores saturated or its container throttled."""
-    cause = CAUSE_LOAD_MACHINE
-    host = need(sig.host, "no host data")
-    busy = busy_cores(sig)
+@dataclass
+class _Machine:
+    """One load machine's signs per window: this one's, or a worker's (`host-worker-*`)."""
+
+    name: str
+    busy: np.ndarray | None
+    throttled: np.ndarray | None
+    short: np.ndarray
+    known: np.ndarray
+    metric: np.ndarray
+    standing: list[str]
+    cgroup_whose: str
+
+
+def _machines(sig: Signals) -> list[tuple[str, HostSeries, str]]:
+    """(name, host series, whose cgroup) of every load machine: this one, then each worker."""
+    out = []
+    if sig.host is not None:
+        host_series = series_at(sig.places, "host", CLIENT_SIDE)
+        loadkits = part_place(sig.places, host_series, "process") == "client"
+        whose = "loadkit's own cgroup" if loadkits else "the load process's cgroup"
+        out.append((machine_name(sig), sig.host, whose))
+    for name, series in sig.sources.items():
+        if name.startswith(WORKER_SERIES_PREFIX) and series is not None:
+            entry = next((p for p in sig.places if p.name == name), None)
+            host = entry.host if entry is not None and entry.host else name
+            out.append((f"{host} (a worker)", series, "the worker's cgroup"))
+    return out
+
+
+def _signs(
+    name: str, host: HostSeries, whose: str, baseline: np.ndarray, n: int
+) -> _Machine | None:
+    busy = host_busy_cores(host)
     throttled = host.cgroup_throttled_pct if host.has_cgroup else None
-    check(
-        busy is not None or throttled is not None,
-        "the load machine's host data has no cpu_per_core_pct or cgroup counters",
+    if busy is None and throttled is None:
+        return None
+    machine = _Machine(
+        name,
+        busy,
+        throttled,
+        np.zeros(n, dtype=bool),
+        np.zeros(n, dtype=bool),
+        np.full(n, np.nan),
+        [],
+        whose,
     )
-    short = np.zeros(sig.n, dtype=bool)
-    known = np.zeros(sig.n, dtype=bool)
-    metric = np.full(sig.n, np.nan)
-    standing: list[str] = []
     conditions = []
     if busy is not None:
         conditions.append(("cores busy", busy >= BUSY_CORES_SHARE, busy, busy))
@@ -85,22 +120,42 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
         )
     for what, cond, values, scaled in conditions:
         seen = ~np.isnan(values)
-        known |= seen
+        machine.known |= seen
         if _standing(cond & seen, seen & baseline):
             # Held all run long: the generator's own check (an alert) speaks for it, and
             # it would hide the sign that did come and go with the spikes.
-            standing.append(what)
+            machine.standing.append(what)
             continue
-        short |= cond & seen
-        metric = np.fmax(metric, scaled)
+        machine.short |= cond & seen
+        machine.metric = np.fmax(machine.metric, scaled)
+    return machine
+
+
+@assessed(CAUSE_LOAD_MACHINE)
+def signature(sig: Signals, baseline: np.ndarray) -> Signature:
+    """A load machine's cores saturated or its container throttled (any of them)."""
+    cause = CAUSE_LOAD_MACHINE
+    found = _machines(sig)
+    check(bool(found), "no host data")
+    machines = [m for m in (_signs(*f, baseline, sig.n) for f in found) if m is not None]
+    check(
+        bool(machines),
+        "the load machine's host data has no cpu_per_core_pct or cgroup counters",
+    )
+    short = np.logical_or.reduce([m.short for m in machines])
+    known = np.logical_or.reduce([m.known for m in machines])
+    metric = np.fmax.reduce([m.metric for m in machines])
     holds = np.where(known, short.astype(float), np.nan)
     lag = components(sig).get("generator_lag")
     outside = components(sig).get("client_network")
-    name = machine_name(sig)
-    host_series = series_at(sig.places, "host", CLIENT_SIDE)
-    cgroup_is_loadkits = part_place(sig.places, host_series, "process") == "client"
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
+        # The machine short in most of the episodes speaks; the others short too are named.
+        shares = [float(np.mean(m.short[ep])) if ep.any() else 0.0 for m in machines]
+        top = machines[int(np.argmax(shares))]
+        also = [m.name for m, share in zip(machines, shares, strict=True) if share and m is not top]
+        name = top.name + (f", and {', '.join(also)}" if also else "")
+        busy, throttled = top.busy, top.throttled
         out = [
             Evidence(
                 "load_machine_short_of_cpu",
@@ -119,13 +174,12 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
                 ),
             ]
         if throttled is not None:
-            whose = "loadkit's own cgroup" if cgroup_is_loadkits else "the load process's cgroup"
             out += [
                 Evidence(
                     "load_machine_throttled_periods_in_episodes",
                     mean(throttled, ep),
                     "% of periods",
-                    whose,
+                    top.cgroup_whose,
                 ),
                 Evidence(
                     "load_machine_throttled_periods_baseline",
@@ -166,7 +220,10 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
         return out
 
     notes = [
-        f"load machine {w} in most baseline windows: left to the generator check" for w in standing
+        f"load machine{' ' + m.name if m.name else ''} {w} in most baseline windows: "
+        "left to the generator check"
+        for m in machines
+        for w in m.standing
     ]
     return Signature(cause, holds, metric, evidence, notes=notes)
 

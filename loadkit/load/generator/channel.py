@@ -31,8 +31,11 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from loadkit.load.generator.machine import worker_series
 from loadkit.load.generator.recorder import FileSink
+from loadkit.rundir.layout import TELEMETRY_DIR
 from loadkit.rundir.schema import LoadRow, RequestRow
+from loadkit.rundir.writer import JsonlWriter
 
 RECORDS = "loadkit-records"  # worker -> master: one interval's records
 ACK = "loadkit-ack"  # master -> worker: {"seq": n}
@@ -84,7 +87,7 @@ class RecordBuffer:
 
 
 def _empty() -> dict[str, list[Any]]:
-    return {"hists": [], "load": [], "requests": [], "events": []}
+    return {"hists": [], "load": [], "requests": [], "events": [], "machine": []}
 
 
 class ChannelSink:
@@ -97,9 +100,12 @@ class ChannelSink:
         *,
         limit: int = BUFFER_RECORDS,
         timer: Callable[[], float] = time.monotonic,
+        machine: Callable[[], dict[str, Any]] | None = None,
     ):
         self.process = process
         self._send = send
+        # This worker's machine, sampled once per interval (`machine.WorkerMachine`).
+        self._machine = machine
         self._timer = timer
         self.buffer = RecordBuffer(limit)
         self._current = _empty()
@@ -121,6 +127,11 @@ class ChannelSink:
         self._current["events"].append({"kind": kind, "name": name, **attrs})
 
     def interval_done(self) -> None:
+        if self._machine is not None:
+            try:
+                self._current["machine"].append(self._machine())
+            except OSError:  # /proc unreadable: the latency records matter more
+                self._machine = None
         self._seal(final=False)
 
     def flush(self) -> None:
@@ -221,6 +232,8 @@ class RecordCollector:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
         self.workers: dict[str, _WorkerRecords] = {}
+        # One host series per worker machine, written by the first process that reports it.
+        self.machines: dict[str, tuple[str, JsonlWriter]] = {}  # host -> (process, writer)
         self._offered: dict[str, deque[tuple[int, int, int]]] = {}  # (t_ns, interval_ns, n)
         self._first_interval: dict[str, int] = {}
 
@@ -256,11 +269,27 @@ class RecordCollector:
             )
         for row in data.get("requests") or ():
             sink.request(row)
+        for row in data.get("machine") or ():
+            self._machine_row(process, row)
         for event in data.get("events") or ():
             attrs = {k: v for k, v in event.items() if k not in ("kind", "name")}
             sink.event(str(event["kind"]), str(event["name"]), **attrs)
         sink.flush()
         return seq
+
+    def _machine_row(self, process: str, row: dict[str, Any]) -> None:
+        host = str(row.get("host") or "unknown")
+        owner = self.machines.get(host)
+        if owner is None:
+            path = self.run_dir / TELEMETRY_DIR / f"{worker_series(host)}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            owner = self.machines[host] = (process, JsonlWriter(path))
+        if owner[0] == process:
+            owner[1].write({k: v for k, v in row.items() if k != "host"})
+
+    def machine_series(self) -> dict[str, str]:
+        """Each worker machine's series name -> its host name."""
+        return {worker_series(host): host for host in self.machines}
 
     def complete(self, process: str) -> bool:
         """The worker's final record and every record before it (not evicted) are written."""
@@ -292,3 +321,5 @@ class RecordCollector:
     def close(self) -> None:
         for worker in self.workers.values():
             worker.sink.close()
+        for _, writer in self.machines.values():
+            writer.close()

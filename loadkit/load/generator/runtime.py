@@ -41,6 +41,7 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from loadkit.load.generator import channel, locust_stats, webui
 from loadkit.load.generator.dispatch import OpenModelDispatcher
+from loadkit.load.generator.machine import WorkerMachine, worker_series
 from loadkit.load.generator.recorder import INTERVAL_NS, FileSink, LatencyRecorder
 from loadkit.load.handoff import (
     ENV_DURATION,
@@ -403,6 +404,14 @@ class LoadRuntime:
                     "worker": name,
                     "client_id": client_id,
                     "host": client_id.rsplit("_", 1)[0],
+                    "machine_series": next(
+                        (
+                            worker_series(host)
+                            for host, (process, _) in self.collector.machines.items()
+                            if process == name
+                        ),
+                        None,
+                    ),
                     "clock": got.clock if got else None,
                     "records": len(got.seen) if got else 0,
                     "evicted_records": got.evicted if got else 0,
@@ -436,7 +445,12 @@ class LoadRuntime:
 
     def _worker_recorder(self) -> LatencyRecorder:
         """A recorder whose records go to the master, in the master's clock."""
-        self.sink = channel.ChannelSink(self.process_name(), self._send_to_master)
+        machine = WorkerMachine()
+        self.sink = channel.ChannelSink(
+            self.process_name(),
+            self._send_to_master,
+            machine=lambda: machine.sample(time.time_ns() + recorder.clock_offset_ns),
+        )
         recorder = LatencyRecorder("", self.process_name(), seed=self.seed, sink=self.sink)
         if self.clock.best is not None:
             recorder.align_clock(self.clock.best.offset_ns)

@@ -323,3 +323,37 @@ def test_a_load_machine_busy_all_run_long_still_shows_its_quota_coming_and_going
     assert top.cause == LOAD_MACHINE, _causes(a)
     assert "container throttled" in top.summary and "cores at" not in top.summary, top.summary
     assert "cores busy in most baseline windows" in top.summary
+
+
+def test_one_saturated_worker_machine_is_named(tmp_path: Path) -> None:
+    # GIVEN a run with --master: the master's machine quiet, and one worker machine (lg-2)
+    # whose container is throttled every 9 s (its host series shipped by the worker)
+    path = write_run(replace(LOAD_QUOTA, target_local=False), tmp_path, run_id="workers")
+    telemetry = path / "telemetry"
+    (telemetry / "host.jsonl").rename(telemetry / "host-worker-lg-2.jsonl")
+    quiet = []
+    for line in (telemetry / "host-worker-lg-2.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        row.update({k: None for k in row if k.startswith("cgroup_")})
+        row["cpu_per_core_pct"] = [5.0 for _ in row.get("cpu_per_core_pct") or [0.0]]
+        quiet.append(json.dumps(row))
+    (telemetry / "host.jsonl").write_text("\n".join(quiet) + "\n")
+    manifest = json.loads((path / MANIFEST_FILE).read_text())
+    (master,) = [s for s in manifest["sources"] if s["name"] == "host"]
+    worker = {
+        **master,
+        "name": "host-worker-lg-2",
+        "file": "telemetry/host-worker-lg-2.jsonl",
+        "host": "lg-2",
+        "parts": {},
+    }
+    manifest["sources"].append(worker)
+    write_manifest(path, manifest)
+    a = analyze_run(load_run(path))
+    # THEN the load machine's cause names the worker's machine, not the master's
+    top = a.findings[0]
+    assert top.cause == LOAD_MACHINE, _causes(a)
+    assert "lg-2 (a worker)" in top.summary and "loadgen-1" not in top.summary, top.summary
+    assert "container throttled" in top.summary
+    # AND no server cause reads the worker's machine
+    assert _check(a, "cgroup_throttling") == ("not_assessable", SENTENCE)
