@@ -365,6 +365,11 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
     tcp = numeric(frame, "tcp_new_connections")
     server_tcp = numeric(frame, "server_new_connections")
     interval_start = t - _sample_interval_ns(t)
+    tcp_rate = (
+        interval_sum_on_grid(grid, interval_start, tcp) / grid.window_s if tcp is not None else None
+    )
+    if tcp_rate is None:
+        tcp_rate = _tcp_opens_rate(frame, grid, t)
     return HostSeries(
         cpu_core_max_pct=core_max,
         cpu_mean_pct=core_mean,
@@ -374,11 +379,7 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
         cgroup_throttled_pct=throttled_pct,
         cgroup_throttled_ms_per_s=throttled_ms,
         server_rss_bytes=reduce_on_grid(grid, t, rss, "max") if rss is not None else nan,
-        tcp_new_connections_per_s=(
-            interval_sum_on_grid(grid, interval_start, tcp) / grid.window_s
-            if tcp is not None
-            else nan
-        ),
+        tcp_new_connections_per_s=tcp_rate if tcp_rate is not None else nan,
         server_new_connections_per_s=(
             interval_sum_on_grid(grid, interval_start, server_tcp) / grid.window_s
             if server_tcp is not None
@@ -386,7 +387,7 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
         ),
         has_per_core=has_per_core,
         has_cgroup=has_cgroup,
-        has_tcp=tcp is not None,
+        has_tcp=tcp_rate is not None,
         has_server_tcp=server_tcp is not None,
         counter_resets=resets,
         cpu_contention=contention,
@@ -397,6 +398,18 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
 
 # Under this much CPU (share of a core) in a window, preemptions per CPU-second are noise.
 MIN_SERVER_CPU_SHARE = 0.05
+
+
+def _tcp_opens_rate(frame: pd.DataFrame, grid: WindowGrid, t: np.ndarray) -> np.ndarray | None:
+    """New connections per second from the raw TCP open counters alone (a scraped or
+    imported node-exporter has no per-interval `tcp_new_connections`)."""
+    active = numeric(frame, "tcp_active_opens")
+    passive = numeric(frame, "tcp_passive_opens")
+    if active is None or passive is None:
+        return None
+    active_rate, _ = counter_rate_on_grid(grid, t, active)
+    passive_rate, _ = counter_rate_on_grid(grid, t, passive)
+    return active_rate + passive_rate
 
 
 def _preemptions_per_cpu_s(

@@ -240,7 +240,7 @@ NODE = ExporterFamily(
     name="node",
     series=SERIES_HOST,
     key_labels=("instance",),
-    doc="node-exporter (port 9100): CPU per core, PSI, load, memory",
+    doc="node-exporter (port 9100): CPU per core, PSI, load, memory, TCP opens",
     metrics=(
         MetricMap(
             "node_cpu_seconds_total",
@@ -257,6 +257,8 @@ NODE = ExporterFamily(
             "node_pressure_cpu_waiting_seconds_total", "psi_cpu_some_total_us", "counter", 1e6
         ),
         MetricMap("node_load1", "load1"),
+        MetricMap("node_netstat_Tcp_ActiveOpens", "tcp_active_opens", "counter"),
+        MetricMap("node_netstat_Tcp_PassiveOpens", "tcp_passive_opens", "counter"),
         MetricMap("node_memory_MemAvailable_bytes", "mem_available_bytes"),
     ),
 )

@@ -160,3 +160,20 @@ def test_moving_to_another_cgroup_is_not_a_throttling_burst():
     assert host is not None
     pct = host.cgroup_throttled_pct
     assert pct[0] == 0.0 and np.isnan(pct[1]) and np.allclose(pct[2:], 50.0)
+
+
+def test_new_connections_from_raw_tcp_open_counters_alone():
+    # GIVEN a host series scraped from node-exporter: raw TCP open counters, no per-interval
+    # count (the live sampler's `tcp_new_connections`)
+    grid = make_grid(T0, T0 + 3 * NS, 1.0)
+    frame = pd.DataFrame(
+        {
+            "t_ns": T0 + np.arange(4) * NS,
+            "tcp_active_opens": [100, 110, 130, 130],
+            "tcp_passive_opens": [50, 55, 55, 95],
+        }
+    )
+    host = align_host(frame, grid)
+    # THEN the connection rate is their increase per second
+    assert host is not None and host.has_tcp
+    assert host.tcp_new_connections_per_s.tolist() == [15.0, 20.0, 40.0]

@@ -191,3 +191,13 @@ def test_triton_gpu_metrics_per_gpu_uuid() -> None:
     assert row["power_w"] == 301.5 and row["power_limit_w"] == 700
     assert row["energy_mj"] == 12_500
     assert row["mem_used_bytes"] == 2_000_000_000
+
+
+def test_node_exporter_tcp_opens_are_raw_counters() -> None:
+    text = (
+        "# TYPE node_netstat_Tcp_ActiveOpens untyped\nnode_netstat_Tcp_ActiveOpens 73618\n"
+        "# TYPE node_netstat_Tcp_PassiveOpens untyped\nnode_netstat_Tcp_PassiveOpens 60155\n"
+        "# TYPE node_load1 gauge\nnode_load1 0.5\n"
+    )
+    [row] = rows_from_exposition(NODE, text, T)
+    assert (row["tcp_active_opens"], row["tcp_passive_opens"]) == (73618, 60155)
