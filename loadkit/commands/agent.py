@@ -76,8 +76,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from loadkit.telemetry.agent import (
         AgentExposition,
-        Collector,
         AgentServer,
+        Collector,
         GpuCollector,
         HostCollector,
         InfoCollector,
@@ -103,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
             sampler = None
             why = exc.message if isinstance(exc, SourceUnavailable) else str(exc)
             if args.gpu == "nvml":
-                raise UsageError(f"--gpu nvml: {why}", hint="use --gpu none on a host without a GPU")
+                raise UsageError(
+                    f"--gpu nvml: {why}", hint="use --gpu none on a host without a GPU"
+                ) from exc
             print(f"loadkit agent: WARNING: {why}; serving no GPU", file=sys.stderr, flush=True)
         if sampler is not None:
             gpu = GpuCollector(sampler)

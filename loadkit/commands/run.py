@@ -47,6 +47,7 @@ examples:
   loadkit run soak --target http://10.0.0.7:8000 --master --expect-workers 4
   loadkit run burst_2x --target http://10.0.0.7:8000 \\
       --scrape node=http://10.0.0.7:9100/metrics --scrape dcgm=http://10.0.0.7:9400/metrics
+  loadkit run burst_2x --target http://10.0.0.7:8000 --agent http://10.0.0.7:9477
   loadkit run soak --target http://127.0.0.1:8000 \\
       --abort-on "p99>80ms for 10s" --abort-on "errors>5% for 5s"
   loadkit run burst_2x --target http://127.0.0.1:8000 --abort-on slo
@@ -251,6 +252,15 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "node=http://gpu-host:9100/metrics, dcgm=http://gpu-host:9400/metrics, "
         'cadvisor=http://gpu-host:8080/metrics{container="triton"}',
     )
+    tele.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a `loadkit agent` on the server's host (the URL it printed): its GPUs at 10 Hz "
+        "and its host, server process and cgroup every second, as the server's gpu and host "
+        "series; e.g. http://gpu-host:9477",
+    )
     options.add_server_host(tele)
     tele.add_argument("--no-telemetry", action="store_true", help="record load only")
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
@@ -334,7 +344,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_syntax(args.abort_on)  # a bad condition fails before anything starts
     _check_urls(args)
-    scrapes = parse_scrapes(args.scrape)
+    scrapes = parse_scrapes(args.scrape, args.agent)
     check_server_flags(args.server_pid, args.server_host)
     if not 0 <= args.max_unreachable <= 100:
         raise UsageError(

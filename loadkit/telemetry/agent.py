@@ -37,12 +37,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from loadkit import __version__
 from loadkit.telemetry.gpu import GpuSampler
 from loadkit.telemetry.host import HostSampler
-from loadkit.telemetry.prometheus.families import AGENT_GPU
+from loadkit.telemetry.prometheus.families import AGENT_GPU, AGENT_INFO
 
 DEFAULT_PORT = 9477
 DEFAULT_BIND = "127.0.0.1"
 METRICS_PATH = "/metrics"
-INFO_METRIC = "loadkit_agent_info"
 # The collectors `?collect[]=NAME` selects; none named: all of them.
 COLLECTORS = ("info", "host", "gpu")
 
@@ -68,7 +67,7 @@ class InfoCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         info = GaugeMetricFamily(
-            INFO_METRIC, "The loadkit agent: its host, the server PID it watches, its GPU source",
+            AGENT_INFO, "The loadkit agent: its host, the server PID it watches, its GPU source",
             labels=list(self.labels),
         )  # fmt: skip
         info.add_metric(list(self.labels.values()), 1)
@@ -148,9 +147,7 @@ class HostCollector(Collector):
             yield tcp
 
     @staticmethod
-    def _server(
-        row: Mapping[str, Any], cpu_s: float | None, connections: int
-    ) -> Iterator[Metric]:
+    def _server(row: Mapping[str, Any], cpu_s: float | None, connections: int) -> Iterator[Metric]:
         if cpu_s is not None:
             cpu = CounterMetricFamily(
                 "loadkit_server_cpu_seconds", "CPU seconds of the server's process tree"
@@ -222,10 +219,10 @@ class GpuCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            rows = self.sampler.sample(time.time_ns())
+            rows: list[Mapping[str, Any]] = list(self.sampler.sample(time.time_ns()))
             for message in self.sampler.drain_warnings():
                 self.warn(message)
-        by_metric: dict[str, Metric] = {}
+        by_metric: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
         for metric_map in AGENT_GPU.metrics:
             for row in rows:
                 value = row.get(metric_map.field)
@@ -236,11 +233,12 @@ class GpuCollector(Collector):
                     metric = _family(metric_map.metric, metric_map.kind, ["gpu", "uuid"])
                     by_metric[metric_map.metric] = metric
                 gpu = int(row["gpu"])
-                metric.add_metric([str(gpu), self.uuids.get(gpu, "")], value / metric_map.scale)
+                labels = [str(gpu), self.uuids.get(gpu, "")]
+                metric.add_metric(labels, float(value) / metric_map.scale)
         yield from by_metric.values()
 
 
-def _family(metric: str, kind: str, labels: list[str]) -> Metric:
+def _family(metric: str, kind: str, labels: list[str]) -> GaugeMetricFamily | CounterMetricFamily:
     help_text = f"NVML, read on scrape ({metric.removeprefix('loadkit_gpu_')})"
     if kind == "counter":
         return CounterMetricFamily(metric.removesuffix("_total"), help_text, labels=labels)
@@ -316,7 +314,8 @@ class AgentServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        shown = f"[{host}]" if ":" in str(host) else str(host)
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        shown = f"[{name}]" if ":" in name else name
         return f"http://{shown}:{port}{METRICS_PATH}"
 
 
@@ -324,7 +323,6 @@ __all__ = [
     "COLLECTORS",
     "DEFAULT_BIND",
     "DEFAULT_PORT",
-    "INFO_METRIC",
     "AgentExposition",
     "AgentServer",
     "Collector",

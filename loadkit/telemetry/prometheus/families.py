@@ -307,6 +307,8 @@ PROCESS = ExporterFamily(
 )
 
 
+# `loadkit agent`'s own metric: `{host, server_pid, gpu, version} 1`, read when a run plans.
+AGENT_INFO = "loadkit_agent_info"
 # `loadkit agent` (loadkit/telemetry/agent.py) on the server's host: its GPU collector
 # exposes exactly these maps (the row field over `scale`), so the two cannot drift apart.
 AGENT_GPU = ExporterFamily(
