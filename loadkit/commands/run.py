@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from loadkit.commands import options
 from loadkit.errors import EXIT_INTERRUPTED, EXIT_SLO_FAILED, EXIT_TARGET, UsageError
 from loadkit.telemetry.gpu import GPU_CHOICES
-from loadkit.telemetry.scrape import SCRAPE_FAMILIES, SCRAPE_OPTION, parse_scrapes
+from loadkit.telemetry.scrape import SCRAPE_FLAG_FAMILIES, SCRAPE_OPTION, parse_scrapes
 
 if TYPE_CHECKING:
     from loadkit.analysis.model import Finding
@@ -248,7 +248,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="FAMILY=URL",
         help="scrape one of the server's exporters every second, as the server's gpu or host "
-        f"series (repeatable); families: {', '.join(SCRAPE_FAMILIES)}; e.g. "
+        f"series (repeatable); families: {', '.join(SCRAPE_FLAG_FAMILIES)}; e.g. "
         "node=http://gpu-host:9100/metrics, dcgm=http://gpu-host:9400/metrics, "
         'cadvisor=http://gpu-host:8080/metrics{container="triton"}',
     )

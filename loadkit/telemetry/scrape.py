@@ -70,6 +70,10 @@ SCRAPE_SERIES = (SERIES_GPU, SERIES_HOST)
 SCRAPE_FAMILIES: dict[str, ExporterFamily] = {
     name: f for name, f in FAMILIES.items() if f.series in SCRAPE_SERIES
 }
+# The agent's families are `--agent URL`'s, each at its own `collect[]`, never `--scrape`'s.
+AGENT_FAMILIES = (AGENT_GPU.name, AGENT_HOST.name)
+# What `--scrape FAMILY=URL` takes.
+SCRAPE_FLAG_FAMILIES = tuple(name for name in SCRAPE_FAMILIES if name not in AGENT_FAMILIES)
 # The option `SamplerSet.start(scrape=...)` / `TelemetryOptions.extra` carries them in.
 SCRAPE_OPTION = "scrape"
 _MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"([^"]*)"\s*(?:,|$)')
@@ -111,7 +115,7 @@ class ScrapeTarget:
 def _families_hint() -> str:
     return (
         "families: "
-        + ", ".join(f"{name} ({f.series})" for name, f in SCRAPE_FAMILIES.items())
+        + ", ".join(f"{name} ({SCRAPE_FAMILIES[name].series})" for name in SCRAPE_FLAG_FAMILIES)
         + "; e.g. --scrape node=http://gpu-host:9100/metrics"
     )
 
@@ -124,6 +128,11 @@ def parse_scrape(text: str) -> ScrapeTarget:
     """
     name, sep, rest = text.partition("=")
     name = name.strip()
+    if name in AGENT_FAMILIES:
+        raise UsageError(
+            f"--scrape {name}: a loadkit agent is read with --agent URL",
+            hint="e.g. --agent http://gpu-host:9477 (its GPU at 10 Hz and its host)",
+        )
     if not sep or name not in SCRAPE_FAMILIES:
         what = f"unknown exporter family {name!r}" if sep else f"not FAMILY=URL: {text!r}"
         raise UsageError(f"--scrape {what}", hint=_families_hint())
@@ -190,8 +199,7 @@ def parse_scrapes(items: Sequence[str], agents: Sequence[str] = ()) -> list[Scra
     seen: set[str] = set()
     for target in targets:
         if target.family in seen:
-            how = "--agent and --scrape" if target.family.startswith("agent-") else "--scrape"
-            raise UsageError(f"{how} {target.family} given twice", hint=_families_hint())
+            raise UsageError(f"--scrape {target.family} given twice", hint=_families_hint())
         seen.add(target.family)
     gpus = [t.family for t in targets if t.series == SERIES_GPU]
     if len(gpus) > 1 and AGENT_GPU.name in gpus:
@@ -407,7 +415,7 @@ def read_agent_info(url: str, timeout_s: float = 2.0) -> AgentInfo | str:
 
 
 def _is_agent(target: ScrapeTarget) -> bool:
-    return target.family in (AGENT_GPU.name, AGENT_HOST.name)
+    return target.family in AGENT_FAMILIES
 
 
 def plan_scrapes(options: SamplerOptions, interval_s: float) -> tuple[SourcePlan, ...]:

@@ -458,12 +458,12 @@ FAMILIES: dict[str, ExporterFamily] = {
         TRITON_SUMMARY,
         TRITON_MEAN,
         DCGM,
-        AGENT_GPU,
         TRITON_GPU,
-        AGENT_HOST,
         NODE,
         CADVISOR,
         PROCESS,
+        AGENT_GPU,
+        AGENT_HOST,
     )
 }
 
