@@ -437,7 +437,7 @@ def plan_scrapes(options: SamplerOptions, interval_s: float) -> tuple[SourcePlan
         mine = [t for t in targets if t.series == series]
         if not mine:
             continue
-        place = the_server(options, mine[0].url)
+        place = the_server(options, mine[0].url.partition("?")[0])
         from_agent = any(_is_agent(t) for t in mine)
         if from_agent and isinstance(agent, str):
             # Said once, on the host series; the GPU's copy here is still not the server's.
