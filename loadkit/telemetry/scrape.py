@@ -263,7 +263,7 @@ class ScrapeSampler:
                 failed.append(why)
         if len(failed) == len(self.exporters):
             hint = None
-            if not any(e.target.implicit for e in self.exporters):
+            if not any(e.target.implicit or _is_agent(e.target) for e in self.exporters):
                 hint = f"check the URL with curl; {_families_hint()}"
             raise SourceUnavailable("; ".join(failed), hint=hint)
         for why in failed:
@@ -275,6 +275,12 @@ class ScrapeSampler:
             # Also the baseline of the first tick's rates.
             rows = exporter.rows(time.time_ns())
         except HttpGetError as exc:
+            if _is_agent(target):
+                return (
+                    f"loadkit agent {target.url.partition('?')[0]} not answering ({exc}): no "
+                    "server GPU or host series from it (is `loadkit agent` running there, "
+                    "bound with --bind to an address this machine reaches?)"
+                )
             return f"{target.describe()} not readable ({exc})"
         except ValueError as exc:
             return f"{target.describe()} is not Prometheus text ({exc})"
@@ -393,16 +399,14 @@ class AgentInfo:
     gpu: str | None
 
 
-def read_agent_info(url: str, timeout_s: float = 2.0) -> AgentInfo | str:
-    """One GET of the agent's `info` collector: its `AgentInfo`, or why there is none."""
+def read_agent_info(url: str, timeout_s: float = 2.0) -> AgentInfo | None:
+    """One GET of the agent's `info` collector: its `AgentInfo`; None if it does not say."""
     base = url.partition("?")[0]
     http = KeepAliveGetter(base, timeout_s=timeout_s)
     try:
         samples = parse_exposition(http.get("?collect[]=info").decode("utf-8", errors="replace"))
-    except HttpGetError as exc:
-        return f"loadkit agent {base} not answering ({exc})"
-    except ValueError as exc:
-        return f"{base} is not a loadkit agent: not Prometheus text ({exc})"
+    except (HttpGetError, ValueError):
+        return None
     finally:
         http.close()
     for name, labels, _value in samples:
@@ -411,7 +415,7 @@ def read_agent_info(url: str, timeout_s: float = 2.0) -> AgentInfo | str:
             return AgentInfo(
                 labels.get("host") or None, int(pid) if pid.isdigit() else None, labels.get("gpu")
             )
-    return f"{base} answers, but is not a loadkit agent (no {AGENT_INFO})"
+    return None
 
 
 def _is_agent(target: ScrapeTarget) -> bool:
@@ -424,12 +428,13 @@ def plan_scrapes(options: SamplerOptions, interval_s: float) -> tuple[SourcePlan
     An agent (`--agent`) is asked who it is first: its machine's name is the series'
     host, an agent without a GPU fills no gpu series (Triton's nv_gpu_* may, as for any
     remote target), and its GPU is scraped at the GPU's own rate (10 Hz). An agent that
-    does not answer is one warning, and neither series is this run's.
+    does not answer is one warning, from its host series' sampler, as any exporter's.
     """
     targets = scrape_targets(options)
     agent_url = next((t.url for t in targets if _is_agent(t)), None)
     agent = read_agent_info(agent_url) if agent_url is not None else None
-    if isinstance(agent, AgentInfo) and agent.gpu == "none":
+    if agent_url is not None and (agent is None or agent.gpu == "none"):
+        # No GPU there, or no answer: its host sampler says so, once, when it opens.
         targets = [t for t in targets if t.family != AGENT_GPU.name]
         targets = scrape_targets(replace(options, extra={SCRAPE_OPTION: targets}))
     plans = []
@@ -439,12 +444,7 @@ def plan_scrapes(options: SamplerOptions, interval_s: float) -> tuple[SourcePlan
             continue
         place = the_server(options, mine[0].url.partition("?")[0])
         from_agent = any(_is_agent(t) for t in mine)
-        if from_agent and isinstance(agent, str):
-            # Said once, on the host series; the GPU's copy here is still not the server's.
-            warning = agent if series == SERIES_HOST else None
-            plans.append(SourcePlan(None, warning=warning, place=place, holds_series=True))
-            continue
-        if from_agent and isinstance(agent, AgentInfo) and agent.host:
+        if from_agent and agent is not None and agent.host:
             place = replace(place, host=agent.host)
         every = DEFAULT_GPU_INTERVAL_S if from_agent and series == SERIES_GPU else interval_s
         spec = SamplerSpec(series, "scrape", every, {"targets": [t.to_option() for t in mine]})
