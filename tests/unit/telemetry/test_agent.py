@@ -349,3 +349,23 @@ def test_an_agent_that_does_not_answer_is_one_warning(tmp_path: Path) -> None:
         f"loadkit agent http://127.0.0.1:{port}/metrics not answering"
     )
     assert caught.value.hint is None
+
+
+def test_a_run_scrapes_the_agents_gpu_over_http_into_gpu_rows(sim_gpu: GpuSampler) -> None:
+    exposition = AgentExposition({"gpu": GpuCollector(sim_gpu, warn=lambda m: None)})
+    server = AgentServer("127.0.0.1", 0, exposition)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        gpu_target, _ = parse_agent(server.url)
+        sampler = ScrapeSampler("gpu", [gpu_target], 0.1)
+        sampler.open()
+        rows = [sampler.sample(T + i * S // 10) for i in range(3)]
+        sampler.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [len(r) for r in rows] == [1, 1, 1]
+    row = rows[-1][0]
+    assert row["gpu"] == 0 and row["scraped_from"] == "agent-gpu"
+    assert row["reason_hw_thermal"] is True and row["temp_slowdown_c"] is not None
+    assert row_problems(row, GpuRow) == ["not in GpuRow: scraped_from"]  # said by every scrape
