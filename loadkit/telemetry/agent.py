@@ -311,6 +311,11 @@ class AgentServer(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         super().__init__((bind, port), handler)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # a scraper that went away mid-answer (a run killed outright): not news
+        super().handle_error(request, client_address)
+
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]

@@ -153,5 +153,6 @@ def test_a_killed_run_leaves_no_process_and_the_agent_serves_on(
     finally:
         _stop(run)
         log.close()
-    # AND the agent, which the run did not start, still serves
+    # AND the agent, which the run did not start, still serves, and said nothing of it
     assert _serves(url)
+    assert "Traceback" not in (tmp_path / "agent.log").read_text()
