@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "scenarios": "loadkit.commands.scenarios",
     "target": "loadkit.commands.target",
     "watch": "loadkit.commands.watch",
+    "agent": "loadkit.commands.agent",
     "import": "loadkit.commands.import_",
     "analyze": "loadkit.commands.analyze",
     "report": "loadkit.commands.report",

@@ -51,6 +51,7 @@ SERVER_HOST_HELP = (
 # Where GPU telemetry of a server on another machine comes from, for the warning.
 SERVER_SIDE_GPU = (
     "GPU telemetry must come from the server's side (--scrape dcgm=URL for its dcgm-exporter, "
+    "--agent URL for a `loadkit agent` on its host, "
     "--triton-metrics for Triton's nv_gpu_*, `loadkit watch --gpu nvml` on the server's host, "
     "`loadkit import` of its dcgm-exporter or nvidia-smi logs, "
     "`loadkit import --prometheus URL --run DIR` afterwards)"

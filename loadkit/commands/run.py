@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from loadkit.commands import options
 from loadkit.errors import EXIT_INTERRUPTED, EXIT_SLO_FAILED, EXIT_TARGET, UsageError
 from loadkit.telemetry.gpu import GPU_CHOICES
-from loadkit.telemetry.scrape import SCRAPE_FAMILIES, SCRAPE_OPTION, parse_scrapes
+from loadkit.telemetry.scrape import SCRAPE_FLAG_FAMILIES, SCRAPE_OPTION, parse_scrapes
 
 if TYPE_CHECKING:
     from loadkit.analysis.model import Finding
@@ -47,6 +47,7 @@ examples:
   loadkit run soak --target http://10.0.0.7:8000 --master --expect-workers 4
   loadkit run burst_2x --target http://10.0.0.7:8000 \\
       --scrape node=http://10.0.0.7:9100/metrics --scrape dcgm=http://10.0.0.7:9400/metrics
+  loadkit run burst_2x --target http://10.0.0.7:8000 --agent http://10.0.0.7:9477
   loadkit run soak --target http://127.0.0.1:8000 \\
       --abort-on "p99>80ms for 10s" --abort-on "errors>5% for 5s"
   loadkit run burst_2x --target http://127.0.0.1:8000 --abort-on slo
@@ -247,9 +248,18 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="FAMILY=URL",
         help="scrape one of the server's exporters every second, as the server's gpu or host "
-        f"series (repeatable); families: {', '.join(SCRAPE_FAMILIES)}; e.g. "
+        f"series (repeatable); families: {', '.join(SCRAPE_FLAG_FAMILIES)}; e.g. "
         "node=http://gpu-host:9100/metrics, dcgm=http://gpu-host:9400/metrics, "
         'cadvisor=http://gpu-host:8080/metrics{container="triton"}',
+    )
+    tele.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a `loadkit agent` on the server's host (the URL it printed): its GPUs at 10 Hz "
+        "and its host, server process and cgroup every second, as the server's gpu and host "
+        "series; e.g. http://gpu-host:9477",
     )
     options.add_server_host(tele)
     tele.add_argument("--no-telemetry", action="store_true", help="record load only")
@@ -334,7 +344,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_syntax(args.abort_on)  # a bad condition fails before anything starts
     _check_urls(args)
-    scrapes = parse_scrapes(args.scrape)
+    scrapes = parse_scrapes(args.scrape, args.agent)
     check_server_flags(args.server_pid, args.server_host)
     if not 0 <= args.max_unreachable <= 100:
         raise UsageError(

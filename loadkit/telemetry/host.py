@@ -200,6 +200,9 @@ class HostSampler:
         self._run_delay_total: int | None = None
         self._server_ports: set[int] = set()
         self._server_conns: set[tuple[Endpoint, Endpoint]] | None = None
+        # The server tree's CPU seconds since the first sample, never going back (a child
+        # that exits keeps what it used): the counter `loadkit agent` exposes.
+        self.server_cpu_seconds: float | None = None
 
     def open(self) -> None:
         psutil.cpu_percent(percpu=True)  # the first call only sets the baseline
@@ -291,6 +294,7 @@ class HostSampler:
         self._procs = {pid: p for pid, p in self._procs.items() if pid in new_times}
         first = not self._proc_times
         self._proc_times = new_times
+        self.server_cpu_seconds = (self.server_cpu_seconds or 0.0) + cpu_s
         row["server_cpu_pct"] = (
             None if first or not elapsed_s else round(100.0 * cpu_s / elapsed_s, 2)
         )

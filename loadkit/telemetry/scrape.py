@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loadkit.endpoint import HTTP_SCHEMES, parse_endpoint
@@ -45,8 +45,12 @@ from loadkit.telemetry.base import (
     WarnOnce,
     the_server,
 )
+from loadkit.telemetry.gpu import DEFAULT_GPU_INTERVAL_S
 from loadkit.telemetry.http import HttpGetError, KeepAliveGetter
 from loadkit.telemetry.prometheus.families import (
+    AGENT_GPU,
+    AGENT_HOST,
+    AGENT_INFO,
     FAMILIES,
     SERIES_GPU,
     SERIES_HOST,
@@ -66,6 +70,10 @@ SCRAPE_SERIES = (SERIES_GPU, SERIES_HOST)
 SCRAPE_FAMILIES: dict[str, ExporterFamily] = {
     name: f for name, f in FAMILIES.items() if f.series in SCRAPE_SERIES
 }
+# The agent's families are `--agent URL`'s, each at its own `collect[]`, never `--scrape`'s.
+AGENT_FAMILIES = (AGENT_GPU.name, AGENT_HOST.name)
+# What `--scrape FAMILY=URL` takes.
+SCRAPE_FLAG_FAMILIES = tuple(name for name in SCRAPE_FAMILIES if name not in AGENT_FAMILIES)
 # The option `SamplerSet.start(scrape=...)` / `TelemetryOptions.extra` carries them in.
 SCRAPE_OPTION = "scrape"
 _MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"([^"]*)"\s*(?:,|$)')
@@ -107,7 +115,7 @@ class ScrapeTarget:
 def _families_hint() -> str:
     return (
         "families: "
-        + ", ".join(f"{name} ({f.series})" for name, f in SCRAPE_FAMILIES.items())
+        + ", ".join(f"{name} ({SCRAPE_FAMILIES[name].series})" for name in SCRAPE_FLAG_FAMILIES)
         + "; e.g. --scrape node=http://gpu-host:9100/metrics"
     )
 
@@ -120,6 +128,11 @@ def parse_scrape(text: str) -> ScrapeTarget:
     """
     name, sep, rest = text.partition("=")
     name = name.strip()
+    if name in AGENT_FAMILIES:
+        raise UsageError(
+            f"--scrape {name}: a loadkit agent is read with --agent URL",
+            hint="e.g. --agent http://gpu-host:9477 (its GPU at 10 Hz and its host)",
+        )
     if not sep or name not in SCRAPE_FAMILIES:
         what = f"unknown exporter family {name!r}" if sep else f"not FAMILY=URL: {text!r}"
         raise UsageError(f"--scrape {what}", hint=_families_hint())
@@ -151,15 +164,52 @@ def _matchers(text: str, whole: str) -> dict[str, str]:
     return out
 
 
-def parse_scrapes(items: Sequence[str]) -> list[ScrapeTarget]:
-    """Every `--scrape` of a command line: each family once, one GPU exporter."""
-    targets = [parse_scrape(item) for item in items]
+def parse_agent(url: str) -> list[ScrapeTarget]:
+    """`--agent URL`: the agent's GPU and host collectors, each its own scrape target
+    (`?collect[]=`), so the GPU can be read at 10 Hz and the host every second."""
+    endpoint = parse_endpoint(url, "--agent", HTTP_SCHEMES, "http")
+    if "?" in url or "{" in url:
+        raise UsageError(
+            f"--agent {url!r}: the agent's URL only (its host and port)",
+            hint="e.g. --agent http://gpu-host:9477 (what `loadkit agent` printed)",
+        )
+    base = url.strip() if "://" in url else f"http://{url.strip()}"
+    if not endpoint.path.strip("/"):
+        base = base.rstrip("/") + "/metrics"
+    return [
+        ScrapeTarget(family, f"{base}?collect[]={collector}")
+        for family, collector in ((AGENT_GPU.name, "gpu"), (AGENT_HOST.name, "host"))
+    ]
+
+
+def parse_scrapes(items: Sequence[str], agents: Sequence[str] = ()) -> list[ScrapeTarget]:
+    """Every `--scrape` and `--agent` of a command line: each family once, one GPU exporter.
+
+    The agent's targets come first: where an exporter fills the same host field, the
+    agent's value is kept (it reads the server's process and cgroup the way the run's
+    analysis expects); node-exporter or cAdvisor fill what it lacks.
+    """
+    if len(agents) > 1:
+        raise UsageError(
+            "--agent given twice: one server host per run",
+            hint="each agent serves its own host; run one load test per server",
+        )
+    targets = [t for url in agents for t in parse_agent(url)]
+    targets += [parse_scrape(item) for item in items]
     seen: set[str] = set()
     for target in targets:
         if target.family in seen:
             raise UsageError(f"--scrape {target.family} given twice", hint=_families_hint())
         seen.add(target.family)
     gpus = [t.family for t in targets if t.series == SERIES_GPU]
+    if len(gpus) > 1 and AGENT_GPU.name in gpus:
+        other = next(g for g in gpus if g != AGENT_GPU.name)
+        raise UsageError(
+            f"--agent and --scrape {other}: one GPU exporter per run, and the agent serves "
+            "the server's GPUs",
+            hint=f"drop --scrape {other} (the agent reads NVML at 10 Hz, with the clock-event "
+            "reasons), or drop --agent and add --scrape node=... for the host",
+        )
     if len(gpus) > 1:
         raise UsageError(
             f"--scrape {' and '.join(gpus)}: one GPU exporter per run",
@@ -175,12 +225,15 @@ class _Exporter:
     def __init__(self, target: ScrapeTarget, timeout_s: float) -> None:
         self.target = target
         self.family = SCRAPE_FAMILIES[target.family]
-        self.http = KeepAliveGetter(target.url, timeout_s=timeout_s)
+        # KeepAliveGetter keeps a URL's path; the query (the agent's `collect[]`) goes per GET.
+        base, _, query = target.url.partition("?")
+        self.http = KeepAliveGetter(base, timeout_s=timeout_s)
+        self.query = f"?{query}" if query else ""
         self.previous: Scrape | None = None
 
     def rows(self, t_ns: int) -> dict[Key, Row]:
         """This scrape's rows by key; raises HttpGetError or ValueError (not the format)."""
-        text = self.http.get("").decode("utf-8", errors="replace")
+        text = self.http.get(self.query).decode("utf-8", errors="replace")
         samples = parse_exposition(text)
         if self.target.match:
             samples = [
@@ -210,7 +263,7 @@ class ScrapeSampler:
                 failed.append(why)
         if len(failed) == len(self.exporters):
             hint = None
-            if not any(e.target.implicit for e in self.exporters):
+            if not any(e.target.implicit or _is_agent(e.target) for e in self.exporters):
                 hint = f"check the URL with curl; {_families_hint()}"
             raise SourceUnavailable("; ".join(failed), hint=hint)
         for why in failed:
@@ -222,6 +275,12 @@ class ScrapeSampler:
             # Also the baseline of the first tick's rates.
             rows = exporter.rows(time.time_ns())
         except HttpGetError as exc:
+            if _is_agent(target):
+                return (
+                    f"loadkit agent {target.url.partition('?')[0]} not answering ({exc}): no "
+                    "server GPU or host series from it (is `loadkit agent` running there, "
+                    "bound with --bind to an address this machine reaches?)"
+                )
             return f"{target.describe()} not readable ({exc})"
         except ValueError as exc:
             return f"{target.describe()} is not Prometheus text ({exc})"
@@ -330,16 +389,66 @@ def scrape_targets(options: SamplerOptions) -> list[ScrapeTarget]:
     return targets
 
 
+@dataclass(frozen=True)
+class AgentInfo:
+    """What `loadkit agent` says of itself (`loadkit_agent_info`): its machine, whether it
+    watches a server PID, whether it serves a GPU."""
+
+    host: str | None
+    server_pid: int | None
+    gpu: str | None
+
+
+def read_agent_info(url: str, timeout_s: float = 2.0) -> AgentInfo | None:
+    """One GET of the agent's `info` collector: its `AgentInfo`; None if it does not say."""
+    base = url.partition("?")[0]
+    http = KeepAliveGetter(base, timeout_s=timeout_s)
+    try:
+        samples = parse_exposition(http.get("?collect[]=info").decode("utf-8", errors="replace"))
+    except (HttpGetError, ValueError):
+        return None
+    finally:
+        http.close()
+    for name, labels, _value in samples:
+        if name == AGENT_INFO:
+            pid = labels.get("server_pid", "")
+            return AgentInfo(
+                labels.get("host") or None, int(pid) if pid.isdigit() else None, labels.get("gpu")
+            )
+    return None
+
+
+def _is_agent(target: ScrapeTarget) -> bool:
+    return target.family in AGENT_FAMILIES
+
+
 def plan_scrapes(options: SamplerOptions, interval_s: float) -> tuple[SourcePlan, ...]:
-    """One sampler per series the run's exporters fill, the server's, named after its series."""
+    """One sampler per series the run's exporters fill, the server's, named after its series.
+
+    An agent (`--agent`) is asked who it is first: its machine's name is the series'
+    host, an agent without a GPU fills no gpu series (Triton's nv_gpu_* may, as for any
+    remote target), and its GPU is scraped at the GPU's own rate (10 Hz). An agent that
+    does not answer is one warning, from its host series' sampler, as any exporter's.
+    """
     targets = scrape_targets(options)
+    agent_url = next((t.url for t in targets if _is_agent(t)), None)
+    agent = read_agent_info(agent_url) if agent_url is not None else None
+    if agent_url is not None and (agent is None or agent.gpu == "none"):
+        # No GPU there, or no answer: its host sampler says so, once, when it opens.
+        targets = [t for t in targets if t.family != AGENT_GPU.name]
+        targets = scrape_targets(replace(options, extra={SCRAPE_OPTION: targets}))
     plans = []
     for series in SCRAPE_SERIES:
         mine = [t for t in targets if t.series == series]
         if not mine:
             continue
-        spec = SamplerSpec(series, "scrape", interval_s, {"targets": [t.to_option() for t in mine]})
-        plans.append(SourcePlan(spec, place=the_server(options, mine[0].url), holds_series=True))
+        place = the_server(options, mine[0].url.partition("?")[0])
+        from_agent = any(_is_agent(t) for t in mine)
+        if from_agent and agent is not None and agent.host:
+            place = replace(place, host=agent.host)
+        every = DEFAULT_GPU_INTERVAL_S if from_agent and series == SERIES_GPU else interval_s
+        spec = SamplerSpec(series, "scrape", every, {"targets": [t.to_option() for t in mine]})
+        plans.append(SourcePlan(spec, place=place, holds_series=True))
     return tuple(plans)
 
 

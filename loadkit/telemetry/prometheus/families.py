@@ -51,11 +51,14 @@ class LiveRate:
     row (and one `cpu` for a per-core field) whose labels are in `only`.
 
     A counter that went down (a restart) gives no value for that interval.
+    `per_interval`: the increase itself, not per second (`offset + scale * increase`):
+    a count per sample, as the host sampler writes new connections.
     """
 
     scale: float
     offset: float = 0.0
     only: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    per_interval: bool = False
 
     def takes(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(k) in values for k, values in self.only.items())
@@ -71,9 +74,12 @@ class MetricMap:
     query that computes a rate has no meaning in one scrape (`scrape=False`).
     `kind`: "gauge", "counter" (stored raw: analysis takes the rate and handles
     resets), "reasons" (a clocks-event bitmask, decoded into `reason_*`),
-    "per_core" (one value per `cpu` label, into a list).
+    "per_core" (one value per `cpu` label, into a list), "label" (the value of the
+    sample's label `label`, as text: the cgroup a counter belongs to).
     `sum_over`: labels summed away (e.g. the failure `reason`).
     `live`: how a rate field (`scrape=False`) is taken from two successive scrapes.
+    `window`: asked of Prometheus for a window; False for a live count per scrape
+    interval, which no PromQL over the import's steps gives exactly.
     """
 
     metric: str
@@ -85,6 +91,8 @@ class MetricMap:
     sum_over: tuple[str, ...] = ()
     scrape: bool = True
     live: LiveRate | None = None
+    label: str | None = None
+    window: bool = True
 
     def promql(self, matchers: str, rate_window: str) -> str:
         """The query for this field; `matchers` are label matchers without braces."""
@@ -113,11 +121,9 @@ class ExporterFamily:
     # Exporter-specific "no value" sentinels -> None (DCGM's blank values).
     clean: Callable[[float], float | None] | None = None
 
-    def map_for(self, name: str, labels: Mapping[str, str]) -> MetricMap | None:
-        for metric_map in self.metrics:
-            if metric_map.scrape and metric_map.matches(name, labels):
-                return metric_map
-        return None
+    def maps_for(self, name: str, labels: Mapping[str, str]) -> list[MetricMap]:
+        """Every field one scraped sample fills (a value and its label: the agent's cgroup)."""
+        return [m for m in self.metrics if m.scrape and m.matches(name, labels)]
 
     def rate_for(self, name: str, labels: Mapping[str, str]) -> MetricMap | None:
         """The rate field (`live`) this counter sample feeds, if any."""
@@ -303,6 +309,121 @@ PROCESS = ExporterFamily(
 )
 
 
+# `loadkit agent`'s own metric: `{host, server_pid, gpu, version} 1`, read when a run plans.
+AGENT_INFO = "loadkit_agent_info"
+# `loadkit agent` (loadkit/telemetry/agent.py) on the server's host: its GPU collector
+# exposes exactly these maps (the row field over `scale`), so the two cannot drift apart.
+AGENT_GPU = ExporterFamily(
+    name="agent-gpu",
+    series=SERIES_GPU,
+    key_labels=("instance", "gpu"),
+    doc="loadkit agent's GPU (NVML read on each scrape): clocks, reasons, temperature, power",
+    metrics=(
+        MetricMap("loadkit_gpu_utilization_percent", "util_gpu_pct"),
+        MetricMap("loadkit_gpu_memory_utilization_percent", "util_mem_pct"),
+        MetricMap("loadkit_gpu_memory_used_bytes", "mem_used_bytes"),
+        MetricMap("loadkit_gpu_memory_total_bytes", "mem_total_bytes"),
+        MetricMap("loadkit_gpu_sm_clock_mhz", "sm_clock_mhz"),
+        MetricMap("loadkit_gpu_mem_clock_mhz", "mem_clock_mhz"),
+        MetricMap("loadkit_gpu_sm_clock_max_mhz", "sm_clock_max_mhz"),
+        MetricMap("loadkit_gpu_mem_clock_max_mhz", "mem_clock_max_mhz"),
+        MetricMap("loadkit_gpu_temperature_celsius", "temp_c"),
+        MetricMap("loadkit_gpu_slowdown_temperature_celsius", "temp_slowdown_c"),
+        MetricMap("loadkit_gpu_shutdown_temperature_celsius", "temp_shutdown_c"),
+        MetricMap("loadkit_gpu_max_operating_temperature_celsius", "temp_max_operating_c"),
+        MetricMap("loadkit_gpu_power_watts", "power_w"),
+        MetricMap("loadkit_gpu_power_limit_watts", "power_limit_w"),
+        MetricMap("loadkit_gpu_energy_joules_total", "energy_mj", "counter", scale=1e3),
+        MetricMap("loadkit_gpu_clocks_event_reasons", "clocks_event_reasons", "reasons"),
+        MetricMap(
+            "loadkit_gpu_power_violation_seconds_total", "violation_power_ns", "counter", 1e9
+        ),
+        MetricMap(
+            "loadkit_gpu_thermal_violation_seconds_total", "violation_thermal_ns", "counter", 1e9
+        ),
+        MetricMap("loadkit_gpu_pcie_tx_kilobytes_per_second", "pcie_tx_kbps"),
+        MetricMap("loadkit_gpu_pcie_rx_kilobytes_per_second", "pcie_rx_kbps"),
+        MetricMap("loadkit_gpu_server_memory_bytes", "proc_mem_bytes"),
+    ),
+)
+
+AGENT_HOST = ExporterFamily(
+    name="agent-host",
+    series=SERIES_HOST,
+    key_labels=("instance",),
+    doc=(
+        "loadkit agent's host: CPU per core, PSI, the server's CPU, context switches, "
+        "run delay and cgroup throttling"
+    ),
+    metrics=(
+        MetricMap(
+            "loadkit_host_cpu_seconds_total",
+            "cpu_per_core_pct",
+            "per_core",
+            scrape=False,
+            live=LiveRate(-100.0, 100.0, {"mode": ("idle", "iowait")}),
+            query=(
+                "100 * (1 - sum by (instance, cpu) (rate(loadkit_host_cpu_seconds_total"
+                '{{mode=~"idle|iowait",{sel}}}[{rate}])))'
+            ),
+        ),
+        MetricMap("loadkit_host_load1", "load1"),
+        MetricMap("loadkit_host_memory_used_bytes", "mem_used_bytes"),
+        MetricMap("loadkit_host_memory_available_bytes", "mem_available_bytes"),
+        MetricMap("loadkit_host_cpu_pressure_some_avg10", "psi_cpu_some_avg10"),
+        MetricMap(
+            "loadkit_host_cpu_pressure_some_seconds_total", "psi_cpu_some_total_us", "counter", 1e6
+        ),
+        MetricMap(
+            "loadkit_host_tcp_opens_total",
+            "tcp_new_connections",
+            scrape=False,
+            live=LiveRate(1.0, per_interval=True),
+            window=False,
+        ),
+        MetricMap(
+            "loadkit_server_cpu_seconds_total",
+            "server_cpu_pct",
+            scrape=False,
+            live=LiveRate(100.0),
+            query="100 * rate(loadkit_server_cpu_seconds_total{{{sel}}}[{rate}])",
+        ),
+        MetricMap("loadkit_server_resident_memory_bytes", "server_rss_bytes"),
+        MetricMap("loadkit_server_threads", "server_threads"),
+        MetricMap("loadkit_server_processes", "server_processes"),
+        MetricMap(
+            "loadkit_server_context_switches_total",
+            "server_ctx_vol",
+            "counter",
+            match={"kind": "voluntary"},
+        ),
+        MetricMap(
+            "loadkit_server_context_switches_total",
+            "server_ctx_invol",
+            "counter",
+            match={"kind": "involuntary"},
+        ),
+        MetricMap("loadkit_server_run_delay_seconds_total", "server_run_delay_ns", "counter", 1e9),
+        MetricMap(
+            "loadkit_server_connections_total",
+            "server_new_connections",
+            scrape=False,
+            live=LiveRate(1.0, per_interval=True),
+            window=False,
+        ),
+        MetricMap("loadkit_server_cgroup_periods_total", "cgroup_nr_periods", "counter"),
+        MetricMap(
+            "loadkit_server_cgroup_throttled_periods_total", "cgroup_nr_throttled", "counter"
+        ),
+        MetricMap(
+            "loadkit_server_cgroup_throttled_seconds_total", "cgroup_throttled_ns", "counter", 1e9
+        ),
+        MetricMap("loadkit_server_cgroup_version", "cgroup_version"),
+        MetricMap("loadkit_server_cgroup_version", "cgroup_path", "label", label="cgroup"),
+    ),
+)
+
+
 def application_histogram(name: str, *, native: bool = False) -> ExporterFamily:
     """An application's latency histogram (seconds, the Prometheus convention): P50..P99.9
     per step by `histogram_quantile` over the rate of its `<name>_bucket` series, or of
@@ -334,7 +455,18 @@ def application_histogram(name: str, *, native: bool = False) -> ExporterFamily:
 # where the first family with data is used (summaries, then a histogram, then the mean).
 FAMILIES: dict[str, ExporterFamily] = {
     f.name: f
-    for f in (TRITON, TRITON_SUMMARY, TRITON_MEAN, DCGM, TRITON_GPU, NODE, CADVISOR, PROCESS)
+    for f in (
+        TRITON,
+        TRITON_SUMMARY,
+        TRITON_MEAN,
+        DCGM,
+        TRITON_GPU,
+        NODE,
+        CADVISOR,
+        PROCESS,
+        AGENT_GPU,
+        AGENT_HOST,
+    )
 }
 
 
@@ -388,6 +520,9 @@ def _unfinished_rows(
 
 
 def _fill(row: Row, metric_map: MetricMap, labels: Mapping[str, str], value: float | None) -> None:
+    if metric_map.kind == "label":
+        row[metric_map.field] = labels.get(metric_map.label or "")
+        return
     scaled = _finite(value * metric_map.scale) if value is not None else None
     if metric_map.kind == "per_core":
         cpu = _cpu_index(labels.get("cpu"))
@@ -470,10 +605,11 @@ def rows_from_scrapes(
     totals: dict[tuple[str, Key, str | None], float] = {}
     rate_maps: dict[str, MetricMap] = {}
     for name, labels, value in samples:
-        metric_map = _lookup(family.map_for, name, labels)
-        if metric_map is not None:
+        maps = family.maps_for(name, labels) or family.maps_for(name.removesuffix("_total"), labels)
+        for metric_map in maps:
             entry = fetched.setdefault(id(metric_map), (metric_map, []))
             entry[1].append(PromSeries({**labels, "__name__": name}, [(t_ns, value)]))
+        if maps:
             continue
         rate_map = _lookup(family.rate_for, name, labels)
         if rate_map is not None and math.isfinite(value):
@@ -492,10 +628,11 @@ def rows_from_scrapes(
             rate_map = rate_maps[field]
             assert rate_map.live is not None
             increase = total - before
+            per = 1.0 if rate_map.live.per_interval else seconds
             rate = (
                 None
                 if increase < 0  # a restart: no rate for this interval
-                else rate_map.live.offset + rate_map.live.scale * increase / seconds
+                else rate_map.live.offset + rate_map.live.scale * increase / per
             )
             row = by_key.setdefault(key, {"t_ns": t_ns})
             _fill(row, rate_map, {"cpu": cpu or ""}, rate)

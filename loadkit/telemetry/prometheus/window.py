@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 from loadkit.errors import UsageError
 from loadkit.telemetry.prometheus.client import NS, PrometheusClient
 from loadkit.telemetry.prometheus.families import (
+    AGENT_GPU,
+    AGENT_HOST,
     CADVISOR,
     DCGM,
     NODE,
@@ -110,6 +112,8 @@ def _fetch(
     found: list[str] = []
     empty: list[str] = []
     for metric_map in family.metrics:
+        if not metric_map.window:
+            continue
         query = metric_map.promql(matchers, rate)
         series = client.query_range(query, start, end, step)
         (found if series else empty).append(query)
@@ -353,16 +357,18 @@ def _pull_latency(
 def _pull_gpu(pull: _Pull, out: PulledWindow) -> None:
     """GPU rows from DCGM, else Triton's nv_gpu_* (optional: said when absent)."""
     gpu_rows: list[Row] = []
-    for family in (DCGM, TRITON_GPU):
+    for family in (DCGM, AGENT_GPU, TRITON_GPU):
         fetched, found, empty = pull.fetch(family)
         by_key = rows_from_series(family, fetched)
         if not by_key:
+            if family is AGENT_GPU:  # seldom there; not worth a note when it is not
+                continue
             out.notes.append(
                 f"no {family.name} GPU metrics in Prometheus ({family.metrics[0].metric})"
             )
             continue
         for index, key in enumerate(sorted(by_key, key=lambda k: tuple(v or "" for v in k))):
-            gpu = str(key[1]) if family is DCGM else str(index)
+            gpu = str(key[1]) if family.key_labels[1:] == ("gpu",) else str(index)
             for row in by_key[key]:
                 row.update(gpu=int(gpu) if str(gpu).isdigit() else index, host=key[0],
                            imported_from=f"prometheus:{family.name}")  # fmt: skip
@@ -381,7 +387,7 @@ def _pull_gpu(pull: _Pull, out: PulledWindow) -> None:
 def _pull_host(pull: _Pull, out: PulledWindow) -> None:
     """Host rows merged from node-exporter, cAdvisor and the serving process (each optional)."""
     host: dict[int, Row] = {}
-    for family in (NODE, CADVISOR, PROCESS):
+    for family in (AGENT_HOST, NODE, CADVISOR, PROCESS):
         if family is PROCESS and not pull.selectors.for_family(family.name):
             # Every exporter has process_* metrics of its own: without a selector the
             # serving process's cannot be told from Prometheus's or node-exporter's.
@@ -393,6 +399,8 @@ def _pull_host(pull: _Pull, out: PulledWindow) -> None:
         fetched, found, empty = pull.fetch(family)
         by_key = rows_from_series(family, fetched)
         if not by_key:
+            if family is AGENT_HOST:  # seldom there; not worth a note when it is not
+                continue
             out.notes.append(f"no {family.name} metrics in Prometheus ({family.metrics[0].metric})")
             continue
         keys = sorted(by_key, key=lambda k: tuple(v or "" for v in k))

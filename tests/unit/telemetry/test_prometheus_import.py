@@ -78,7 +78,8 @@ class FakePrometheus:
         if len(rates) == 2 and " / " in query:  # the mean: rate(duration) / rate(count)
             return self._ratio(rates, start, end, step)
         name = re.match(
-            r"[\w(, ]*?\b(nv_\w+|DCGM_\w+|node_\w+|container_\w+|process_\w+|\w+_bucket)", query
+            r"[\w(, ]*?\b(nv_\w+|DCGM_\w+|node_\w+|container_\w+|process_\w+|loadkit_\w+|\w+_bucket)",
+            query,
         )
         if name is None or name.group(1) not in self.series:
             return _matrix([])
@@ -455,6 +456,40 @@ def test_the_runs_own_window_of_the_servers_exporters_joins_the_run(
     # AND the analysis reads them: the server's SM clock per window, as for a local GPU
     clock = [v for v in analyze_run(run).telemetry.gpu_sm_clock_mhz or [] if v is not None]
     assert min(clock) == pytest.approx(990.0) and max(clock) == pytest.approx(1980.0)
+
+
+def test_a_prometheus_that_scraped_loadkit_agent_gives_the_servers_gpu_and_cgroup(
+    fake: Any, tmp_path: Path
+) -> None:
+    # GIVEN Prometheus scraped `loadkit agent` on the server's host (no other exporter)
+    agent = {"instance": "gpu-3:9477", "job": "loadkit-agent"}
+    cgroup = {**agent, "cgroup": "/sys/fs/cgroup/cpu/triton"}
+    server = fake(
+        {
+            "loadkit_gpu_sm_clock_mhz": [({**agent, "gpu": "0"}, lambda t: 1410.0)],
+            "loadkit_gpu_clocks_event_reasons": [({**agent, "gpu": "0"}, lambda t: 32.0)],
+            "loadkit_server_cgroup_periods_total": [(cgroup, lambda t: 10.0 * t)],
+            "loadkit_server_cgroup_throttled_periods_total": [(cgroup, lambda t: 2.0 * t)],
+            "loadkit_server_cgroup_version": [(cgroup, lambda t: 1.0)],
+            "loadkit_server_run_delay_seconds_total": [(agent, lambda t: 0.01 * t)],
+        }
+    )
+    run_dir = _load_test(tmp_path)
+    assert main(["import", "--prometheus", server.url, "--run", str(run_dir), "--step", "1s"]) == 0
+    run = load_run(run_dir)
+    # THEN the gpu and host series are the agent's, per GPU and with the server's cgroup
+    gpu = run.series("gpu")
+    assert set(gpu["imported_from"]) == {"prometheus:agent-gpu"} and set(gpu["gpu"]) == {0}
+    assert set(gpu["sm_clock_mhz"]) == {1410.0} and gpu["reason_sw_thermal"].all()
+    host = run.series("host")
+    assert set(host["cgroup_path"]) == {"/sys/fs/cgroup/cpu/triton"}
+    assert host["cgroup_nr_throttled"].is_monotonic_increasing
+    assert host["server_run_delay_ns"].iloc[-1] == pytest.approx(0.01 * 40 * 1e9)
+    # AND the counts that only two scrapes give (new connections) were not asked for
+    queries = " ".join(r.get("query", "") for r in server.requests)
+    assert "loadkit_host_cpu_seconds_total" in queries
+    assert "loadkit_host_tcp_opens_total" not in queries
+    assert "loadkit_server_connections_total" not in queries
 
 
 def test_joining_asks_for_no_window_and_a_finished_run(fake: Any, tmp_path: Path) -> None:
