@@ -169,15 +169,14 @@ def run(args: argparse.Namespace) -> int:
         from loadkit.commands.capacity import _analyze, search_capacity
 
         point_args = argparse.Namespace(
-            **{**vars(args), "model": model, "overrides": [f"{k}={v}" for k, v in common.items()]}
+            **{**vars(args), "model": model, "overrides": [f"{n}={v}" for n, v in common.items()]}
         )
         run_dir, _ = search_capacity(
             point_args,
             out_dir=tune_dir,
             run_id="verify-" + sweep.point_id(k, settings),
-            extra_manifest={
-                "tune": {"verification": k, "settings": dict(settings), "model": model}
-            },
+            # the sweep's key: a verification is a sweep point (docs/run-format.md)
+            extra_manifest={"sweep": {"point": k, "settings": dict(settings), "model": model}},
         )
         _analyze(run_dir, report=False)
         return run_dir
