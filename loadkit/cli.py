@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "compare": "loadkit.commands.compare",
     "capacity": "loadkit.commands.capacity",
     "sweep": "loadkit.commands.sweep",
+    "tune": "loadkit.commands.tune",
 }
 
 EPILOG = """\

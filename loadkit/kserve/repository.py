@@ -128,6 +128,14 @@ class ModelRepository:
             raise TargetError(f"the server's /config for {self.model!r} is not a JSON object")
         return value
 
+    def stats(self) -> dict[str, Any]:
+        """The model's statistics (`/v2/models/{m}/stats`: cumulative since it loaded)."""
+        status, text = _request(f"{self.url}/v2/models/{self._model_path}/stats")
+        if status != 200:
+            raise TargetError(f"no statistics for {self.model!r}: {_server_words(text)}")
+        value = json.loads(text)
+        return value if isinstance(value, dict) else {}
+
     def load(self, config: Mapping[str, Any]) -> None:
         """Load the model with `config`; NotExplicitMode or TargetError with the server's words."""
         status, text = _request(

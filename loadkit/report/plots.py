@@ -722,8 +722,77 @@ def sweep_figure(spec: SweepPlot) -> Image:
         )
 
 
+@dataclass(frozen=True)
+class TunePlot:
+    """Per configuration of a tune: predicted capacity and P99; measured capacity where verified."""
+
+    labels: Sequence[str]
+    predicted_rps: Sequence[float | None]
+    p99_ms: Sequence[float | None]
+    measured_rps: Sequence[float | None]
+    pareto: Sequence[bool]
+    recommended: str | None
+    slo_ms: float | None = None
+
+
+def tune_figure(spec: TunePlot) -> Image:
+    """Capacity against P99: the predicted space, its Pareto front, the measured points."""
+    with matplotlib.rc_context(_RC):
+        fig = _new_figure(7.5, 4.0)
+        ax = fig.subplots()
+        pts = [
+            (float(x), float(y), lab, front)
+            for x, y, lab, front in zip(
+                spec.predicted_rps, spec.p99_ms, spec.labels, spec.pareto, strict=True
+            )
+            if x is not None and y is not None
+        ]
+        ax.plot([x for x, *_ in pts], [y for _, y, *_ in pts], "o", color=GREY, ms=4,
+                label="predicted")  # fmt: skip
+        front = sorted((x, y) for x, y, _, f in pts if f)
+        if front:
+            ax.plot([x for x, _ in front], [y for _, y in front], "-", color=SERIES_COLORS[0],
+                    lw=1, label="Pareto front (predicted)")  # fmt: skip
+        measured = [
+            (float(m), float(y), lab, x)
+            for m, y, lab, x in zip(
+                spec.measured_rps, spec.p99_ms, spec.labels, spec.predicted_rps, strict=True
+            )
+            if m is not None and y is not None
+        ]
+        for m, y, lab, x in measured:
+            if x is not None:
+                ax.plot([float(x), m], [y, y], ":", color=GREY, lw=1)
+            if lab == spec.recommended:
+                ax.plot([m], [y], "*", color=GREEN, ms=12)
+        if measured:
+            ax.plot([m for m, *_ in measured], [y for _, y, *_ in measured], "D",
+                    color=VERMILLION, ms=5, label="measured capacity (verified)")  # fmt: skip
+        for x, y, lab, f in pts:
+            if f or lab == spec.recommended:
+                ax.annotate(lab, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        if spec.slo_ms is not None:
+            ax.axhline(spec.slo_ms, color=BLACK, ls="--", lw=1, label="SLO")
+        ax.set_xlabel("capacity within the SLO (req/s)")
+        ax.set_ylabel("P99 at the scenario's arrivals (ms, predicted)")
+        ax.set_title("Capacity against P99 per configuration")
+        _legend(ax, inside="upper left")
+        return _render(
+            fig,
+            f"Capacity against P99 for {len(pts)} configurations (predicted), "
+            f"{len(measured)} verified by a capacity search.",
+        )
+
+
 PlotSpec = (
-    Timeline | NinesPlot | BatchPhasePlot | AlignedPlot | OverlayPlot | CapacityPlot | SweepPlot
+    Timeline
+    | NinesPlot
+    | BatchPhasePlot
+    | AlignedPlot
+    | OverlayPlot
+    | CapacityPlot
+    | SweepPlot
+    | TunePlot
 )
 
 
@@ -741,4 +810,6 @@ def draw(spec: PlotSpec) -> Image:
         return capacity_figure(spec)
     if isinstance(spec, SweepPlot):
         return sweep_figure(spec)
+    if isinstance(spec, TunePlot):
+        return tune_figure(spec)
     return overlay_timeline_figure(spec)

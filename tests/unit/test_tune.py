@@ -1,0 +1,280 @@
+"""`loadkit tune`'s parts: the profile from Triton's statistics, the batcher simulation,
+the ranking and recommendation, tune.json, and the restore when a stage fails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from loadkit.decide.predict import Config, capacity, simulate, steady_arrivals
+from loadkit.decide.profile import (
+    BatchProfile,
+    compute_table,
+    concurrency_ladder,
+    model_entry,
+    overhead_quantiles,
+    stats_delta,
+)
+from loadkit.decide.tune import (
+    Slo,
+    mark_pareto,
+    parse_space,
+    rank,
+    recommend,
+    run_tune,
+    scenario_arrivals,
+)
+from loadkit.errors import TargetError, UsageError
+from loadkit.kserve.repository import apply_settings, read_settings
+
+CONFIG: dict[str, Any] = {
+    "name": "ranker",
+    "max_batch_size": 8,
+    "dynamic_batching": {"max_queue_delay_microseconds": 2000},
+    "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+}
+
+
+def _entry(batches: dict[int, tuple[int, int]], success: int, queue_ns: int) -> dict[str, Any]:
+    """A model_stats entry as Triton answers it: per size, compute_infer's count and each part's ns."""
+    return {
+        "name": "ranker",
+        "version": "1",
+        "inference_stats": {
+            "success": {"count": success, "ns": 0},
+            "queue": {"count": success, "ns": queue_ns},
+        },
+        "batch_stats": [
+            {
+                "batch_size": size,
+                "compute_input": {"count": n, "ns": ns // 10},
+                "compute_infer": {"count": n, "ns": ns - 2 * (ns // 10)},
+                "compute_output": {"count": n, "ns": ns // 10},
+            }
+            for size, (n, ns) in batches.items()
+        ],
+    }
+
+
+def test_a_step_is_the_difference_of_two_cumulative_snapshots() -> None:
+    before = _entry({1: (10, 30_000_000)}, success=10, queue_ns=1_000_000)
+    after = _entry({1: (30, 90_000_000), 4: (5, 25_000_000)}, success=50, queue_ns=5_000_000)
+    stats = {"model_stats": [after, {**after, "name": "other"}]}
+    assert model_entry(stats, "ranker") is after
+    delta = stats_delta(before, after)
+    assert delta.executions == {1: 20, 4: 5}
+    assert delta.mean_ms(1) == pytest.approx(3.0)  # input + infer + output
+    assert delta.mean_ms(4) == pytest.approx(5.0)
+    assert delta.mean_ms(2) is None
+    assert delta.requests == 40 and delta.queue_ms == pytest.approx(0.1)
+    # a reload between the snapshots (counters went down): counted from zero
+    reloaded = stats_delta(after, _entry({1: (3, 9_000_000)}, success=3, queue_ns=0))
+    assert reloaded.executions == {1: 3} and reloaded.requests == 3
+
+
+def test_the_table_takes_the_busiest_step_interpolates_and_never_drops() -> None:
+    quiet = stats_delta(_entry({}, 0, 0), _entry({1: (100, 200_000_000)}, 100, 0))  # 2 ms
+    busy = stats_delta(
+        _entry({}, 0, 0),
+        _entry({1: (10, 30_000_000), 4: (50, 250_000_000), 8: (40, 320_000_000)}, 450, 0),
+    )
+    table = compute_table([quiet, busy], 10)
+    assert table[1] == pytest.approx(3.0)  # the busy step's mean (CPU contention), not 2 ms
+    assert table[4] == pytest.approx(5.0) and table[8] == pytest.approx(8.0)
+    assert 5.0 < table[6] < 8.0  # interpolated
+    assert table[10] > table[8]  # extrapolated along the fit
+    assert all(table[b] <= table[b + 1] for b in range(1, 10))
+    assert concurrency_ladder(1, 8) == [1, 2, 4, 8, 16]
+    assert concurrency_ladder(2, 4) == [1, 2, 4, 8, 16]
+
+
+def test_profile_round_trips_through_json_and_borrows_the_nearest_instance_count() -> None:
+    profile = BatchProfile(
+        "ranker", 4, {1: {1: 2.0, 2: 2.5, 3: 3.0, 4: 3.5}}, overhead_quantiles([1.0, 2.0], 0.5)
+    )
+    again = BatchProfile.from_json(json.loads(json.dumps(profile.to_json())))
+    assert again == profile
+    assert again.table(3) == profile.table(1)
+    assert again.compute(1, 6) == pytest.approx(4.5)  # beyond the profile: its slope
+    assert again.overhead_ms[0] == pytest.approx(0.5) and again.overhead_ms[-1] == pytest.approx(
+        1.5
+    )
+
+
+def _flat(ms: float, top: int = 16) -> BatchProfile:
+    return BatchProfile("m", top, {1: {b: ms for b in range(1, top + 1)}}, [0.0])
+
+
+def test_one_instance_without_batching_waits_as_m_d_1_says() -> None:
+    # Poisson arrivals, deterministic 10 ms service at utilisation 0.7: Wq = rho D / 2(1 - rho)
+    rho, service_ms = 0.7, 10.0
+    arrivals = steady_arrivals(rho / (service_ms / 1e3), 600.0, "poisson", seed=3)
+    sim = simulate(Config(max_batch_size=1), _flat(service_ms), arrivals)
+    wait = float(np.nanmean(sim.latency_ms)) - service_ms
+    assert wait == pytest.approx(rho * service_ms / (2 * (1 - rho)), rel=0.1)
+    assert sim.batch_sizes == {1: len(arrivals)}
+
+
+def test_batching_raises_capacity_when_the_profile_is_sub_linear() -> None:
+    sub_linear = BatchProfile("m", 16, {1: {b: 4.0 + 0.5 * b for b in range(1, 17)}}, [0.0])
+    linear = BatchProfile("m", 16, {1: {b: 4.5 * b for b in range(1, 17)}}, [0.0])
+    one, _ = capacity(Config(1), sub_linear, 99, 100.0)
+    sixteen, _ = capacity(Config(16), sub_linear, 99, 100.0)
+    assert one == pytest.approx(1000 / 4.5, rel=0.08)
+    assert sixteen > 3 * one
+    flat_one, _ = capacity(Config(1), linear, 99, 100.0)
+    flat_sixteen, _ = capacity(Config(16), linear, 99, 100.0)
+    assert flat_sixteen == pytest.approx(flat_one, rel=0.1)  # nothing to gain
+    two, _ = capacity(Config(1, instances=2), sub_linear, 99, 100.0)
+    assert two == pytest.approx(2 * one, rel=0.1)
+
+
+def test_a_queue_delay_raises_p50_at_low_load() -> None:
+    arrivals = steady_arrivals(10.0, 30.0, "constant", seed=0)
+    profile = _flat(2.0)
+    none = simulate(Config(8, max_queue_delay_us=0), profile, arrivals)
+    window = simulate(Config(8, max_queue_delay_us=8000), profile, arrivals)
+    assert np.nanmedian(none.latency_ms) == pytest.approx(2.0, abs=0.1)
+    assert np.nanmedian(window.latency_ms) == pytest.approx(10.0, abs=0.2)  # waits out 8 ms
+    # a preferred size reached goes at once, whatever the window
+    burst = np.repeat(np.arange(10) * 0.1, 4)
+    preferred = simulate(Config(8, 8000, 1, preferred_batch_size=4), profile, burst)
+    assert preferred.batch_sizes == {4: 10}
+    assert float(np.nanmax(preferred.latency_ms)) == pytest.approx(2.0, abs=0.01)
+
+
+def _row(label: str, cap: float, p99: float) -> dict[str, Any]:
+    return {"label": label, "settings": {"max_batch_size": int(label)}, "predicted": {
+        "capacity_rps": cap, "p99_ms": p99}}  # fmt: skip
+
+
+def test_ranking_pareto_and_the_recommendation_from_measured_capacity() -> None:
+    rows = [_row("1", 45.0, 20.0), _row("8", 300.0, 40.0), _row("4", 300.0, 30.0),
+            _row("2", 90.0, 50.0)]  # fmt: skip
+    assert [r["label"] for r in rank(rows)] == ["4", "8", "2", "1"]
+    mark_pareto(rows)
+    assert {r["label"]: r["pareto"] for r in rows} == {"1": True, "8": False, "4": True, "2": False}
+    slo = Slo("p99", 50.0)
+    verified = [
+        {"label": "4", "settings": {"max_batch_size": 4}, "status": "measured",
+         "measured_capacity_rps": 260.0, "predicted_capacity_rps": 300.0,
+         "capacity_error_pct": 15.4, "predicted_p99_ms": 30.0},
+        {"label": "8", "settings": {"max_batch_size": 8}, "status": "measured",
+         "measured_capacity_rps": 280.0, "predicted_capacity_rps": 300.0,
+         "capacity_error_pct": 7.1, "predicted_p99_ms": 40.0},
+        {"label": "2", "settings": {"max_batch_size": 2}, "status": "failed"},
+    ]  # fmt: skip
+    rec = recommend(verified, rows, "ranker", slo, peak_rps=2000.0, headroom=0.5)
+    assert rec is not None and rec["label"] == "8"  # measured beats predicted
+    assert rec["replicas"] == 15  # ceil(2000 / (280 x 0.5))
+    assert rec["sentence"].startswith("Run ranker with 8: 280 req/s measured within p99 <= 50 ms")
+    assert "15 replica(s) for a peak of 2000 req/s with 50% headroom" in rec["sentence"]
+    assert recommend([verified[2]], rows, "ranker", slo, None, None) is None
+
+
+def test_space_and_scenario_arrivals() -> None:
+    assert parse_space(["max_batch_size=4,8", "instances=1,2"]) == [
+        ("max_batch_size", [4, 8]),
+        ("instances", [1, 2]),
+    ]
+    with pytest.raises(UsageError, match="--space"):
+        parse_space(["window=1"])
+    arrivals = scenario_arrivals(
+        {"kind": "Constant", "rate": 20.0, "duration_s": 5.0}, "constant", 0
+    )
+    assert len(arrivals) == 100 and arrivals[0] == pytest.approx(0.025)
+    with pytest.raises(UsageError):
+        scenario_arrivals({"kind": "Nonsense"}, "constant", 0)
+
+
+class _Repository:
+    """A repository API that records loads; its config is what was loaded last."""
+
+    model = "ranker"
+    url = "http://127.0.0.1:1"
+
+    def __init__(self) -> None:
+        self.loaded: list[dict[str, Any]] = []
+
+    def load(self, config: dict[str, Any]) -> None:
+        self.loaded.append(config)
+
+    def config(self) -> dict[str, Any]:
+        return self.loaded[-1] if self.loaded else CONFIG
+
+    def state(self) -> str:
+        return "READY"
+
+
+def _tune(
+    repo: _Repository, tmp_path: Path, measure: Any, written: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    written = [] if written is None else written
+    data: dict[str, Any] = {"kind": "tune", "verifications": [], "restored": None}
+
+    def default_profile() -> BatchProfile:
+        repo.load(apply_settings(CONFIG, {"max_batch_size": 8, "max_queue_delay_us": 0}))
+        return BatchProfile("ranker", 8, {1: {b: 2.0 + 0.5 * b for b in range(1, 9)}}, [0.3])
+
+    run_tune(
+            repo, CONFIG, data, lambda d: written.append(json.loads(json.dumps(d))),
+            profile=default_profile, points=[{"max_batch_size": 1}, {"max_batch_size": 8}],
+            arrivals=steady_arrivals(50.0, 10.0, "constant", 0), slo=Slo("p99", 50.0),
+            spacing="constant", seed=0, verify=1, measure=measure,
+            profile_path=tmp_path / "profile.json",
+        )  # fmt: skip
+    return data
+
+
+def test_tune_json_has_the_space_the_profile_predictions_and_verifications(tmp_path: Path) -> None:
+    repo = _Repository()
+    measured: list[dict[str, Any]] = []
+
+    def measure(k: int, settings: dict[str, Any]) -> Path:
+        measured.append(dict(settings))
+        raise TargetError("the search could not start")
+
+    with pytest.raises(TargetError):
+        _tune(repo, tmp_path, measure)
+    # the best predicted (max_batch_size=8) was verified first ...
+    assert measured == [{"max_batch_size": 8}]
+    # ... and the original configuration was loaded back after the failure
+    assert read_settings(repo.loaded[-1]) == read_settings(CONFIG)
+
+
+def test_a_failing_profile_restores_and_the_predictions_are_kept_when_it_works(
+    tmp_path: Path,
+) -> None:
+    repo = _Repository()
+
+    def broken() -> BatchProfile:
+        repo.load(apply_settings(CONFIG, {"instances": 2}))
+        raise TargetError("no statistics")
+
+    data: dict[str, Any] = {"kind": "tune", "verifications": [], "restored": None}
+    with pytest.raises(TargetError):
+        run_tune(
+            repo, CONFIG, data, lambda d: None, profile=broken, points=[{"instances": 2}],
+            arrivals=np.array([]), slo=Slo("p99", 50.0), spacing="constant", seed=0,
+            verify=0, measure=lambda k, s: tmp_path, profile_path=tmp_path / "p.json",
+        )  # fmt: skip
+    assert data["restored"]["ok"] is True and data["status"] == "failed"
+    assert read_settings(repo.loaded[-1]) == read_settings(CONFIG)
+
+    def unreachable(k: int, settings: Any) -> Path:
+        raise TargetError("gone")
+
+    written: list[dict[str, Any]] = []
+    with pytest.raises(TargetError):
+        _tune(_Repository(), tmp_path, unreachable, written)
+    # before the verification failed, tune.json had the profile and every prediction
+    last = written[-1]
+    assert json.loads((tmp_path / "profile.json").read_text())["max_batch_size"] == 8
+    assert [p["label"] for p in last["predictions"]] == ["max_batch_size=1", "max_batch_size=8"]
+    caps = {p["label"]: p["predicted"]["capacity_rps"] for p in last["predictions"]}
+    assert caps["max_batch_size=8"] > 2 * caps["max_batch_size=1"]
+    assert set(last["predictions"][0]["predicted"]) >= {"capacity_rps", "p50_ms", "p99_ms"}
