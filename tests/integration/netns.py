@@ -4,9 +4,9 @@ The load machine and the server are one host here, so a test gives the server an
 address of its own: a network namespace joined to ours by a veth pair, with a /30 of
 the range reserved for benchmark networks (198.18.0.0/15, RFC 2544). The server's
 side is `.2`, ours `.1`; nothing is routed anywhere else, so traffic goes to no
-address outside what the test made. A process is started inside with `ip netns exec`
-(which execs it: the PID is the process's own, and it dies with us like every child,
-`lifeline.popen`). Both the namespace and the pair are removed at the end, after the
+address outside what the test made. A process is started inside with
+(`nsenter --net`, which execs it: the PID is the process's own, and it dies with us like
+every child, `lifeline.popen`). Both the namespace and the pair are removed at the end, after the
 processes inside were stopped by PID.
 
 Only root may create namespaces; elsewhere the tests that need one are skipped with
@@ -50,7 +50,7 @@ class ServerHost:
     ) -> subprocess.Popen[Any]:
         """`argv` inside the namespace; stopped by PID when the namespace goes."""
         proc: subprocess.Popen[Any] = lifeline.popen(
-            ["ip", "netns", "exec", self.name, *argv],
+            [*self.enter, *argv],
             stdin=subprocess.DEVNULL,
             stdout=log if log is not None else subprocess.DEVNULL,
             stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL,
@@ -59,8 +59,15 @@ class ServerHost:
         self.started.append(proc)
         return proc
 
-    def run(self, argv: Sequence[str]) -> None:
-        subprocess.run(["ip", "netns", "exec", self.name, *argv], check=True, timeout=30)
+    @property
+    def enter(self) -> list[str]:
+        """The prefix that runs a command in the namespace, with this machine's /sys.
+
+        Not `ip netns exec`: it remounts /sys for the namespace, without the cgroup
+        hierarchy under it, and a server's machine has its cgroups. nsenter joins only
+        the network namespace and execs the command.
+        """
+        return ["nsenter", f"--net=/run/netns/{self.name}", "--"]
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

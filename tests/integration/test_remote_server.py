@@ -43,7 +43,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 NODE_EXPORTER = shutil.which("prometheus-node-exporter")
 PROMETHEUS = shutil.which("prometheus")
-NODE_PORT, PROM_PORT = 9100, 9090  # in the server's namespace: nothing else listens there
+NODE_PORT, PROM_PORT, AGENT_PORT = 9100, 9090, 9477  # in the server's namespace: free
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_a_throttled_load_machine_is_named_and_the_server_is_not_blamed(
     quota = CgroupQuota(
         run.pid,
         FaultSchedule(duration_s=3.0, period_s=8.0, first_start_s=10.0, until_s=30.0),
-        quota_cores=0.1,
+        quota_cores=0.03,
     )
     try:
         with quota:
@@ -267,3 +267,55 @@ def test_prometheus_on_the_servers_side_is_joined_to_the_run_as_the_servers(
     after = _checked(analyze_run(run))
     assert after["cpu_saturation"].reason != NO_SERVER_TELEMETRY, after["cpu_saturation"]
     assert after["cpu_saturation"].status != "not_assessable", after["cpu_saturation"]
+
+
+@pytest.fixture
+def agent(remote: RemoteTriton, tmp_path: Path) -> Iterator[str]:
+    """`loadkit agent --server-pid` on the server's machine, bound to its address."""
+    host = remote.host
+    log = (tmp_path / "agent.log").open("wb")
+    proc = host.start(
+        [sys.executable, "-m", "loadkit.cli", "agent", "--server-pid", str(remote.pid),
+         "--gpu", "none", "--bind", host.address, "--port", str(AGENT_PORT)],
+        log=log,
+    )  # fmt: skip
+    url = host.url(AGENT_PORT, "/metrics")
+    wait_ready(url, proc=proc)
+    try:
+        yield url
+    finally:
+        host.started.remove(proc)
+        stop(proc)
+        log.close()
+
+
+def test_the_agent_on_the_servers_machine_shows_the_servers_own_quota(
+    remote: RemoteTriton, agent: str, tmp_path: Path
+) -> None:
+    # GIVEN loadkit's agent on the server's machine watching Triton, and a periodic CPU
+    # quota on Triton's own cgroup (the server's pod limit); the load machine untouched
+    run = _run(remote, tmp_path, "server-quota", "--agent", agent, rate=100)
+    quota = CgroupQuota(
+        remote.pid,
+        FaultSchedule(duration_s=3.0, period_s=8.0, first_start_s=10.0, until_s=30.0),
+        quota_cores=0.1,
+    )
+    try:
+        with quota:
+            output = _finish(run)
+    except FaultUnavailable as exc:
+        run.kill()
+        run.wait()
+        pytest.skip(f"no CPU quota here: {exc}")
+    run_dir = tmp_path / "server-quota"
+    analysis = analyze_run(load_run(run_dir))
+    # THEN the server's quota is named, from the agent's series of the server's machine
+    causes = [f.cause for f in analysis.findings]
+    assert causes[:1] == ["cgroup_throttling"], (
+        [f.summary for f in analysis.findings],
+        output[-1500:],
+    )
+    sources = _sources(run_dir)
+    assert sources["host"]["place"] == "server", sources["host"]
+    assert sources["host-local"]["place"] == "client"
+    assert "load_machine_saturated" not in causes
