@@ -53,7 +53,10 @@ _CONTEXT = (
     ("cgroup quota", "cgroup_throttled"),
     ("batch size", "batch_size"),
     ("arrivals", "offered"),
+    ("other models' load", "other_models_compute"),
 )
+# Said only where measured: a server with one model has no other models' load to deny.
+_SILENT_WHEN_UNKNOWN = frozenset({"other_models_compute"})
 
 
 def _context_series(sig: Signals) -> dict[str, tuple[np.ndarray, str]]:
@@ -67,6 +70,11 @@ def _context_series(sig: Signals) -> dict[str, tuple[np.ndarray, str]]:
     if sig.triton is not None:
         out["batch_size"] = (sig.triton.batch_size_mean, "requests")
     out["offered"] = (sig.offered_rps, "req/s")
+    if sig.triton is not None and sig.triton.others:
+        # The server's statistics of its other models: their compute per second (a
+        # neighbour's burst is a change the residual must not deny).
+        busy = np.nansum([o.compute_ms_per_s for o in sig.triton.others.values()], axis=0)
+        out["other_models_compute"] = (busy, "ms/s")
     return out
 
 
@@ -97,6 +105,8 @@ def _unchanged(e: list[Evidence]) -> str:
     same, changed, unknown = [], [], []
     for name, prefix in _CONTEXT:
         delta = ev(e, f"{prefix}_moved")
+        if delta is None and prefix in _SILENT_WHEN_UNKNOWN:
+            continue
         if delta is None:
             unknown.append(name)
         elif abs(delta) < EFFECT_MOVED:
