@@ -253,6 +253,7 @@ def _component_cause(
     grew: tuple[str, str],
     ratio: float = GROWTH_RATIO,
     signal: tuple[str, str] | None = None,
+    fault_events: tuple[str, ...] = (),
 ) -> Cause:
     """The fallback cause naming one latency component (`part`) that grew; `grew`: (what, where)."""
     return Cause(
@@ -264,6 +265,7 @@ def _component_cause(
         summary=_summary(*grew),
         signal=signal,
         kind=UNEXPLAINED,
+        fault_events=fault_events,
     )
 
 
@@ -284,6 +286,7 @@ CLIENT_NETWORK = _component_cause(
     "The time goes outside the server (client, network, proxies): check the client "
     "host (CPU, GC pauses), the network path and load balancers, and connection setup.",
     ("client + network time", "the time goes outside the server"),
+    fault_events=("slow-path",),
 )
 GENERATOR = _component_cause(
     CAUSE_GENERATOR,
