@@ -599,6 +599,7 @@ def _plan_shared_fleet(case: str, rng: random.Random, plan: CasePlan, load: dict
             extra_models_queue_delay_us=DOC_RANKER_QUEUE_DELAY_US,
             shared_gpu=True,
         )
+        load["model"] = "ranker"  # the server serves two: the load names the measured one
         plan.faults["neighbour-model"] = {
             "schedule": _episodic(rng, (2.5, 4.0)),
             "model": NEIGHBOUR_MODEL,

@@ -132,10 +132,16 @@ class SimGpuConfig:
     reason_bits: bool = True
 
 
-def shares(busy: dict[str, float]) -> dict[str, float]:
-    """Each model's share of the GPU's time: what the other models' busy time leaves it."""
-    total = sum(busy.values())
-    return {name: round(max(MIN_SHARE, 1.0 - (total - own)), 4) for name, own in busy.items()}
+def shares(busy: dict[str, float], last: dict[str, float] | None = None) -> dict[str, float]:
+    """Each model's share of the GPU's time: what the other models' work leaves it.
+
+    A model's work is its busy time x the share it had (`last`; 1 where unknown): a
+    model slowed to half its speed is busy twice as long for the same kernels, and
+    counting that time whole would let two models squeeze each other to the floor.
+    """
+    work = {name: b * (last or {}).get(name, 1.0) for name, b in busy.items()}
+    total = sum(work.values())
+    return {name: round(max(MIN_SHARE, 1.0 - (total - own)), 4) for name, own in work.items()}
 
 
 def _uuid(base: str, index: int) -> str:
@@ -162,7 +168,11 @@ def _log_transitions(
 
 
 def _published(
-    config: SimGpuConfig, model: SimGpuModel, others: list[SimGpuModel], busy: dict[str, float]
+    config: SimGpuConfig,
+    model: SimGpuModel,
+    others: list[SimGpuModel],
+    busy: dict[str, float],
+    last_shares: dict[str, float] | None = None,
 ) -> SimGpuState:
     """The state file's content: this GPU, the GPUs beside it, the models' shares."""
     state = model.state
@@ -171,7 +181,7 @@ def _published(
     for extra in others:
         extra.state.reasons_supported = config.reason_bits
         state.devices.append(extra.state.to_json())
-    state.shares = shares(busy) if config.shared_models else {}
+    state.shares = shares(busy, last_shares) if config.shared_models else {}
     return state
 
 
@@ -185,6 +195,7 @@ def simulate(config: SimGpuConfig, stop: StopFlag) -> None:
     meter = BusyMeter(config.triton_url, config.model, config.shared_models)
     state_path = Path(config.state_path)
     meter.fractions(0.0)  # baseline
+    state = model.state
     last = timer()
     next_tick = last + config.step_interval_s
     try:
@@ -195,7 +206,8 @@ def simulate(config: SimGpuConfig, stop: StopFlag) -> None:
             for extra, background in zip(others, config.extra_devices, strict=True):
                 extra.step(now - last, background)
             last = now
-            write_state(state_path, _published(config, model, others, busy))
+            state = _published(config, model, others, busy, state.shares)
+            write_state(state_path, state)
             _log_transitions(config.run_dir, transitions, model)
             next_tick += config.step_interval_s
             if next_tick < timer():

@@ -127,7 +127,7 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
     return (
         f"Compute per batch x{fmt(ev(e, 'compute_inflation_in_episodes'), '', 1)} in {eps} "
         f"while {model} on the same server ran "
-        f"{fmt(ev(e, 'neighbour_rate_in_episodes'))} req/s "
+        f"{fmt(ev(e, 'neighbour_rate_in_episodes'))} inferences/s "
         f"(baseline {fmt(ev(e, 'neighbour_rate_baseline'))}) and held "
         f"{fmt(ev(e, 'neighbour_compute_in_episodes'))} ms of compute per second "
         f"(baseline {fmt(ev(e, 'neighbour_compute_baseline'))}); this model's arrivals "

@@ -76,7 +76,7 @@ def test_compute_growing_while_another_model_bursts_is_model_contention():
     ep = ~_baseline()
     evidence = s.evidence(ep, _baseline())
     text = model_contention.CAUSE.summary(evidence, "5/5 spike episodes", None)
-    assert "'doc_ranker'" in text and "200 req/s (baseline 0)" in text, text
+    assert "'doc_ranker'" in text and "200 inferences/s (baseline 0)" in text, text
     assert "x1.8" in text, text
 
 
