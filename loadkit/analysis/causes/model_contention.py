@@ -104,10 +104,16 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
             name, act = top
             out += [
                 Evidence(
-                    "neighbour_rate_in_episodes", mean(act.inferences_per_s, ep), "req/s", name
+                    "neighbour_rate_in_episodes",
+                    mean(act.inferences_per_s, ep),
+                    "inferences/s",
+                    name,
                 ),
                 Evidence(
-                    "neighbour_rate_baseline", median(act.inferences_per_s, base), "req/s", name
+                    "neighbour_rate_baseline",
+                    median(act.inferences_per_s, base),
+                    "inferences/s",
+                    name,
                 ),
                 Evidence(
                     "neighbour_compute_in_episodes", mean(act.compute_ms_per_s, ep), "ms/s", name
