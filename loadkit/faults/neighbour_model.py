@@ -85,8 +85,8 @@ class NeighbourModel(ScheduledFault):
         self.body_path.write_text(json.dumps(self.body))
         argv = [
             sys.executable,
-            "-m",
-            "loadkit.faults.neighbour_model",
+            "-c",  # not -m: the package imports this module first (runpy warns)
+            "import sys; from loadkit.faults.neighbour_model import main; sys.exit(main())",
             "--url",
             self.url,
             "--model",

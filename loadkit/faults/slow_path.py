@@ -85,8 +85,8 @@ class SlowPath(ScheduledFault):
         write_delay(self.state_path, 0.0)
         argv = [
             sys.executable,
-            "-m",
-            "loadkit.faults.slow_path",
+            "-c",  # not -m: the package imports this module first (runpy warns)
+            "import sys; from loadkit.faults.slow_path import main; sys.exit(main())",
             "--upstream",
             f"{self.upstream[0]}:{self.upstream[1]}",
             "--state",

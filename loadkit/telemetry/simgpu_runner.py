@@ -144,8 +144,13 @@ def shares(busy: dict[str, float], last: dict[str, float] | None = None) -> dict
     return {name: round(max(MIN_SHARE, 1.0 - (total - own)), 4) for name, own in work.items()}
 
 
-def _uuid(base: str, index: int) -> str:
-    return f"{base[:-1]}{index}" if index else base
+def beside(config: SimGpuConfig) -> list[SimGpuModel]:
+    """The GPUs beside the model's (index 1, 2, ...), each with a UUID of its own."""
+    base = config.params.uuid
+    return [
+        SimGpuModel(replace(config.params, uuid=f"{base[:-1]}{(int(base[-1], 16) + i) % 16:x}"))
+        for i in range(1, len(config.extra_devices) + 1)
+    ]
 
 
 def _log_transitions(
@@ -188,10 +193,7 @@ def _published(
 def simulate(config: SimGpuConfig, stop: StopFlag) -> None:
     """The runner's loop (the body of the simulated-GPU process)."""
     model = SimGpuModel(config.params, config.faults, config.power_cap)
-    others = [
-        SimGpuModel(replace(config.params, uuid=_uuid(config.params.uuid, i + 1)))
-        for i in range(len(config.extra_devices))
-    ]
+    others = beside(config)
     meter = BusyMeter(config.triton_url, config.model, config.shared_models)
     state_path = Path(config.state_path)
     meter.fractions(0.0)  # baseline
@@ -344,7 +346,7 @@ def start_simulated_gpu(
     )
     Path(config.state_path).parent.mkdir(parents=True, exist_ok=True)
     initial = SimGpuModel(config.params, faults, config.power_cap)
-    extras = [SimGpuModel(config.params) for _ in config.extra_devices]
+    extras = beside(config)
     write_state(Path(config.state_path), _published(config, initial, extras, {}))
     argv = [
         sys.executable,
