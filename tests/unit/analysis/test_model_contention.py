@@ -215,3 +215,22 @@ def test_one_capped_gpu_of_two_is_judged_on_its_own_power_without_reason_bits():
     classes = throttle_classes(gpu)
     assert np.flatnonzero(classes[CAUSE_GPU_POWER]).tolist() == [4, 5, 6]
     assert not classes[CAUSE_GPU_THERMAL].any()
+
+
+def test_a_neighbours_bursts_on_the_shared_accelerator_are_named_first(analyze_spec):
+    """The whole pipeline: Triton's statistics of two models, the analyzed one slowed."""
+    from loadkit.testing.synthetic import FaultWindow, RunSpec
+
+    # GIVEN doc_ranker holding 55 % of the accelerator for 3 s every 9 s, the ranker's
+    # compute per batch x2.2 there, its arrivals flat, no clock, CPU or quota signal
+    bursts = tuple(FaultWindow(12 + 9 * k, 15 + 9 * k, 0.55) for k in range(7))
+    a = analyze_spec(RunSpec(duration_s=80, rate_rps=400, neighbour_bursts=bursts), "neighbour")
+    # THEN the other model is the first finding, by name, above weak
+    assert a.findings, a.headline
+    top = a.findings[0]
+    assert top.cause == "model_contention", [(f.cause, f.confidence) for f in a.findings]
+    assert top.confidence in ("strong", "moderate")
+    assert "'doc_ranker'" in top.summary, top.summary
+    # ... the compute residual is not first, and the other models' series is in the analysis
+    assert a.telemetry.other_models_compute_ms_per_s is not None
+    assert max(v or 0 for v in a.telemetry.other_models_compute_ms_per_s) > 400
