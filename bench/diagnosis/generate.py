@@ -34,6 +34,20 @@ three load levels and both test models, and adds two cases:
   grows while compute_infer does not
 - `stall+cgroup-quota`: two faults at different periods (quota period 1.4x the stall's)
 
+Issue 42 adds five wide-only cases of a shared fleet:
+
+- `neighbour-model`: periodic bursts of another model (doc_ranker, given simulated
+  accelerator time) on the same server and the same simulated GPU, whose time the
+  two models share (`loadkit.faults.NeighbourModel`); the ranker is measured
+- `power-cap`: the simulated GPU held at 60-95 % of its board power, its clock 5-20 %
+  down, one of two GPUs (the other with a background load), reason bits read in
+  half the draws
+- `errors-from-stall`: stalls longer than the client's request timeout
+- `slow-path`: a TCP proxy in front of the server that holds each request in its
+  windows (`loadkit.faults.SlowPath`)
+- `partial-neighbour`: busy loops on a quarter to a half of the cores, at the
+  server's own priority (nice 0, same session) and above (own session, nice -10..0)
+
 and draws `model-slowdown+stall` at two periods too (the slowdown's 1.4x the stall's;
 until seed 27 both were drawn alone and could fall within 3 % of each other, so that
 every episode held both faults).
@@ -66,14 +80,17 @@ from loadkit.faults import (
     FaultUnavailable,
     LargePayload,
     ModelSlowdown,
+    NeighbourModel,
     ProcessStall,
     ScheduledFault,
+    SlowPath,
     ThermalFault,
 )
 from loadkit.load.orchestrator import run_scenario
 from loadkit.recording import Recording
 from loadkit.rundir import append_event, update_manifest
 from loadkit.target import EmbeddedTriton
+from loadkit.telemetry.simgpu import PowerCapSchedule
 from loadkit.telemetry.supervisor import SamplerSet
 
 SCENARIO_PATH = Path(__file__).with_name("scenario.py")
@@ -95,7 +112,16 @@ CASES = (
 NARROW, WIDE = "narrow", "wide"
 RANGES = (NARROW, WIDE)
 # Cases drawn only with the wide ranges.
-WIDE_ONLY_CASES = ("data-movement", "stall+cgroup-quota")
+WIDE_ONLY_CASES = (
+    "data-movement",
+    "stall+cgroup-quota",
+    # issue 42: a shared fleet
+    "neighbour-model",
+    "power-cap",
+    "errors-from-stall",
+    "slow-path",
+    "partial-neighbour",
+)
 WIDE_CASES = CASES + WIDE_ONLY_CASES
 
 # 70 s of load: with periods of 8-11 s and the first window after the
@@ -205,7 +231,7 @@ MODELS = ("ranker", "doc_ranker")
 # simulated compute, batching settings or optional input.
 DOC_RANKER_CASES = frozenset(
     {"clean", "clean-busy", "stall", "cpu-burn", "cgroup-quota", "cgroup-quota-loose", "churn"}
-    | {"stall+cgroup-quota"}
+    | {"stall+cgroup-quota", "errors-from-stall", "slow-path", "partial-neighbour"}
 )
 DOC_RANKER_LOAD = {"model": "doc_ranker", "shape": "DOC_IDS:16"}
 # doc_ranker ships with a 1 ms wait for batches of 4-8: at these loads that is itself a
@@ -217,6 +243,38 @@ DOC_RANKER_QUEUE_DELAY_US = 0
 # input changes its signature): the preset's candidates and id range, given explicitly.
 PAYLOAD_RANKER_LOAD = {"shape": "ITEM_IDS:100", "int_range": f"ITEM_IDS:0,{(1 << 40) - 1}"}
 OVERLAP_PERIOD_RATIO = 1.4
+
+# ---- issue 42: a shared fleet (wide ranges only) ---------------------------------
+# neighbour-model: doc_ranker gets simulated accelerator time on the ranker's simulated
+# GPU (8 ms per request of 8 rows: one full batch), and the two models share that GPU's
+# time. The neighbour's busy share of the GPU in its windows is drawn log-uniformly; its
+# rate follows (15-75 % busy: 19-94 requests/s of 8 rows). On this CPU-only host another
+# model's bursts did not slow the ranker by themselves (P99 0.94x at 800 req/s x 8 rows):
+# without the shared GPU the case would test nothing.
+NEIGHBOUR_MODEL = "doc_ranker"
+NEIGHBOUR_GPU_PARAMS = {"gpu_time_us_per_batch": 4000, "gpu_time_us_per_item": 500}
+NEIGHBOUR_ROWS = 8  # doc_ranker's max batch: each request one full batch
+NEIGHBOUR_DOCS = 16
+NEIGHBOUR_BUSY = (0.15, 0.75)
+# power-cap: the cap as a share of the board's power, and the clock it leaves (a cap at
+# 60 % takes 20 % off the clock, one at 95 % 5 %); a second GPU beside it, busy
+# SECOND_GPU_BUSY (another job); the reason bits read in REASON_BITS_SHARE of the draws.
+POWER_CAP_FRACTION = (0.60, 0.95)
+POWER_CAP_CLOCK = (0.80, 0.95)
+SECOND_GPU_BUSY = 0.3
+REASON_BITS_SHARE = 0.5
+# errors-from-stall: stalls of 1-4 s against a request timeout of 25-75 % of the stall
+# (at least MIN_TIMEOUT_S: far above any request's service time here).
+ERROR_STALL_S = (1.0, 4.0)
+TIMEOUT_SHARE = (0.25, 0.75)
+MIN_TIMEOUT_S = 0.3
+# slow-path: each request held this long by the proxy in the windows (log-uniform).
+SLOW_PATH_DELAY_MS = (1.0, 40.0)
+# partial-neighbour: busy loops on this share of the cores (at least one), at nice 0 in
+# the benchmark's own session (the server's priority) or in sessions of their own at
+# nice -10..0 (above it), half each.
+PARTIAL_CORES_SHARE = (0.25, 0.5)
+PARTIAL_NICE = (-10, 0)
 
 
 def _nominal_capacity(triton: dict[str, Any]) -> float:
@@ -521,8 +579,84 @@ def plan_wide_case(case: str, seed: int, duration_s: float = DEFAULT_DURATION_S)
             "payload_bytes": size,
             "share": round(min(1.0, PAYLOAD_BYTES_PER_S / (plan.rate * size)), 3),
         }
+    _plan_shared_fleet(case, rng, plan, load)
     plan.load = {"rate": plan.rate, "duration_s": duration_s, **load}
     return plan
+
+
+def _plan_shared_fleet(case: str, rng: random.Random, plan: CasePlan, load: dict[str, Any]) -> None:
+    """Issue 42's cases: another model, a power cap, errors from a stall, a slow path, a
+    neighbour on some cores."""
+    if case == "neighbour-model":
+        busy = _log_uniform(rng, NEIGHBOUR_BUSY)
+        per_request_s = (
+            NEIGHBOUR_GPU_PARAMS["gpu_time_us_per_batch"]
+            + NEIGHBOUR_ROWS * NEIGHBOUR_GPU_PARAMS["gpu_time_us_per_item"]
+        ) / 1e6
+        plan.triton.update(
+            extra_models=[NEIGHBOUR_MODEL],
+            extra_models_params=dict(NEIGHBOUR_GPU_PARAMS),
+            extra_models_queue_delay_us=DOC_RANKER_QUEUE_DELAY_US,
+            shared_gpu=True,
+        )
+        load["model"] = "ranker"  # the server serves two: the load names the measured one
+        plan.faults["neighbour-model"] = {
+            "schedule": _episodic(rng, (2.5, 4.0)),
+            "model": NEIGHBOUR_MODEL,
+            "busy_share": round(busy, 3),
+            "rate_rps": round(busy / per_request_s, 1),
+            "rows": NEIGHBOUR_ROWS,
+        }
+    if case == "power-cap":
+        fraction = rng.uniform(*POWER_CAP_FRACTION)
+        lo, hi = POWER_CAP_FRACTION
+        clock = POWER_CAP_CLOCK[0] + (fraction - lo) / (hi - lo) * (
+            POWER_CAP_CLOCK[1] - POWER_CAP_CLOCK[0]
+        )
+        s = _episodic(rng, (2.5, 4.0))
+        plan.faults["power-cap"] = {
+            "schedule": {k: s[k] for k in ("period_s", "duration_s", "first_start_s")},
+            "power_fraction": round(fraction, 3),
+            "clock_fraction": round(clock, 3),
+            "gpus": 2,
+            "second_gpu_busy": SECOND_GPU_BUSY,
+            "reason_bits": rng.random() < REASON_BITS_SHARE,
+        }
+    if case == "errors-from-stall":
+        s = _episodic_wide(rng, ERROR_STALL_S)
+        timeout = max(MIN_TIMEOUT_S, round(s["duration_s"] * rng.uniform(*TIMEOUT_SHARE), 2))
+        s["jitter_s"] = min(s["jitter_s"], round((s["period_s"] - s["duration_s"]) / 2 - 0.05, 2))
+        plan.faults["stall"] = {"schedule": s, "timeout_s": timeout}
+        load["timeout_s"] = timeout
+    if case == "slow-path":
+        plan.faults["slow-path"] = {
+            "schedule": _episodic(rng, (2.5, 4.0)),
+            "delay_ms": round(_log_uniform(rng, SLOW_PATH_DELAY_MS), 2),
+        }
+    if case == "partial-neighbour":
+        share = rng.uniform(*PARTIAL_CORES_SHARE)
+        own = rng.random() < 0.5
+        plan.faults["cpu-burn"] = {
+            "schedule": _episodic(rng, (2.5, 4.0)),
+            "cores_share": round(share, 3),
+            "processes": max(1, round(share * _host_cores())),
+            "nice": rng.randint(*PARTIAL_NICE) if own else 0,
+            "own_session": own,
+        }
+
+
+def _neighbour_body(rows: int) -> dict[str, Any]:
+    """doc_ranker's request of `rows` rows (KServe v2 JSON), the same every time."""
+    return {
+        "inputs": [
+            {"name": "QUERY", "datatype": "BYTES", "shape": [rows, 1],
+             "data": [f"neighbour query {i}" for i in range(rows)]},
+            {"name": "DOC_IDS", "datatype": "INT32", "shape": [rows, NEIGHBOUR_DOCS],
+             "data": [(7 * i + j) % 1000 for i in range(rows) for j in range(NEIGHBOUR_DOCS)]},
+            {"name": "CONTEXT", "datatype": "FP32", "shape": [rows, 4],
+             "data": [0.25] * (rows * 4)},
+        ]
+    }  # fmt: skip
 
 
 def _schedule(params: dict[str, Any], until_s: float) -> FaultSchedule:
@@ -626,6 +760,24 @@ class _Faults:
         self.thermal = ThermalFault(period_s=None)
         self.run_dir: Path | None = None
         self.samplers: SamplerSet | None = None
+        # slow-path: the proxy listens before the load starts (the load's target is its URL)
+        self.slow_path: SlowPath | None = None
+        if "slow-path" in plan.faults:
+            f = plan.faults["slow-path"]
+            host, _, port = triton.http_url.removeprefix("http://").rpartition(":")
+            self.slow_path = SlowPath(
+                host,
+                int(port),
+                _schedule(f["schedule"], plan.duration_s),
+                delay_ms=float(f["delay_ms"]),
+                state_dir=state_path.parent,
+            )
+            self.slow_path.listen()
+
+    @property
+    def target_url(self) -> str:
+        """Where the load goes: the server, or the slow path's proxy in front of it."""
+        return self.slow_path.url if self.slow_path is not None else self.triton.http_url
 
     def _record_sources(self, writer: Recording) -> None:
         assert self.samplers is not None
@@ -650,6 +802,23 @@ class _Faults:
         if "thermal" in faults:
             s = faults["thermal"]["schedule"]
             self.thermal = ThermalFault(s["period_s"], s["duration_s"], s["first_start_s"])
+        if "power-cap" in faults:
+            f = faults["power-cap"]
+            s = f["schedule"]
+            self.thermal = ThermalFault(
+                None,
+                power_cap=PowerCapSchedule(
+                    s["period_s"],
+                    s["duration_s"],
+                    s["first_start_s"],
+                    power_fraction=f["power_fraction"],
+                    clock_fraction=f["clock_fraction"],
+                ),
+                extra_devices=(float(f["second_gpu_busy"]),) * (int(f["gpus"]) - 1),
+                reason_bits=bool(f["reason_bits"]),
+            )
+        if self.plan.triton.get("shared_gpu"):
+            self.thermal.shared_models = tuple(self.plan.triton.get("extra_models") or ())
         self.thermal.start(self.state_path, triton_url=self.triton.http_url, run_dir=run_dir)
         # Samplers started here rather than by run_scenario, so that their start-up
         # (interpreters, imports) is over before the load starts: on 2 cores it
@@ -675,7 +844,8 @@ class _Faults:
             self.injectors.append(
                 CpuBurn(
                     _schedule(f["schedule"], until),
-                    processes=cores * int(f["processes_per_core"]),
+                    # some cores (partial-neighbour), else every core
+                    processes=int(f.get("processes") or cores * int(f["processes_per_core"])),
                     nice=int(f.get("nice", 0)),
                     own_session=f.get("own_session"),
                     run_dir=run_dir,
@@ -739,6 +909,23 @@ class _Faults:
                     run_dir=run_dir,
                 )
             )
+        if "neighbour-model" in faults:
+            f = faults["neighbour-model"]
+            self.injectors.append(
+                NeighbourModel(
+                    self.triton.http_url,
+                    f["model"],
+                    _neighbour_body(int(f["rows"])),
+                    _schedule(f["schedule"], until),
+                    rate_rps=float(f["rate_rps"]),
+                    state_dir=self.state_path.parent,
+                    run_dir=run_dir,
+                )
+            )
+        if self.slow_path is not None:
+            self.slow_path.schedule = _schedule(self.plan.faults["slow-path"]["schedule"], until)
+            self.slow_path.run_dir = run_dir
+            self.injectors.append(self.slow_path)
         for name in ("batching-window", "churn"):
             if name in faults:
                 params = {k: v for k, v in faults[name].items() if k != "schedule"}
@@ -753,6 +940,8 @@ class _Faults:
             self.need.stop()
         for injector in self.injectors:
             injector.stop()
+        if self.slow_path is not None and self.slow_path not in self.injectors:
+            self.slow_path.stop()  # the proxy, where the load never started
         if self.samplers is not None:
             self.samplers.stop()
         self.thermal.stop()
@@ -868,16 +1057,21 @@ def generate_run(
             model_params=model_params or None,
             sim_gpu_state=state_path,
             log_path=workdir / "tritonserver.log",
-            extra_models=(plan.model,) if plan.model != "ranker" else (),
+            extra_models=(
+                (plan.model,)
+                if plan.model != "ranker"
+                else tuple(plan.triton.get("extra_models") or ())
+            ),
             payload_input=bool(plan.triton.get("payload_input", False)),
             extra_models_queue_delay_us=plan.triton.get("extra_models_queue_delay_us"),
+            extra_models_params=plan.triton.get("extra_models_params"),
         ) as triton:
             faults = _Faults(plan, triton, state_path)
             server = triton.describe()
             try:
                 run_dir = run_scenario(
                     SCENARIO_PATH,
-                    triton.http_url,
+                    faults.target_url,
                     seed=plan.seed,
                     out_dir=out_dir,
                     params=load,

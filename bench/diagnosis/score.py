@@ -64,6 +64,10 @@ CASE_CAUSES = {
     "churn": m.CAUSE_CONNECTION_CHURN,
     "model-slowdown": "unexplained_compute_slowdown",
     "data-movement": m.CAUSE_DATA_MOVEMENT,
+    # issue 42: a shared fleet
+    "neighbour-model": "model_contention",
+    "power-cap": m.CAUSE_GPU_POWER,
+    "slow-path": "unexplained_client_network_slowdown",
 }
 # Plan fault keys of controls: a fault that must not be blamed (no cause to find).
 CONTROL_FAULTS = {"busy-host", "cgroup-quota-loose"}

@@ -235,6 +235,10 @@ class TelemetryWindows:
     # compute_input + compute_output per request: host-device copies (data_movement)
     data_movement_ms_per_request: Series | None = None
     batch_sizes: BatchSizeMatrix | None = None
+    # The server's other models together (Triton's statistics; None: it reported no other
+    # model): their requests per second and compute milliseconds per second.
+    other_models_inferences_per_s: Series | None = None
+    other_models_compute_ms_per_s: Series | None = None
     # Per core (outer), one window mean per window (inner), from host `cpu_per_core_pct`.
     cpu_per_core_pct: tuple[Series, ...] | None = None
 

@@ -139,6 +139,19 @@ def _triton_windows(triton: TritonSeries) -> dict[str, Any]:
         "compute_ms_per_execution": to_series(triton.batch_compute_ms),
         "data_movement_ms_per_request": to_series(triton.data_movement_ms),
         "batch_sizes": triton.batch_sizes,
+        **_other_models_windows(triton),
+    }
+
+
+def _other_models_windows(triton: TritonSeries) -> dict[str, Any]:
+    """The server's other models summed per window (none reported: nothing)."""
+    if not triton.others:
+        return {}
+    infers = np.nansum([o.inferences_per_s for o in triton.others.values()], axis=0)
+    busy = np.nansum([o.compute_ms_per_s for o in triton.others.values()], axis=0)
+    return {
+        "other_models_inferences_per_s": to_series(infers),
+        "other_models_compute_ms_per_s": to_series(busy),
     }
 
 

@@ -111,6 +111,9 @@ class GpuSeries:
     has_reasons: bool
     # The device's own slowdown temperature (NaN where not recorded); gpu_limits reads it.
     temp_slowdown_c: np.ndarray | None = None
+    # Power / its limit per window, of the GPU whose clock is lowest (several GPUs: their
+    # summed power and limit hide one capped GPU among idle ones). None: not recorded.
+    power_of_limit: np.ndarray | None = None
 
 
 def _reason_bits(frame: pd.DataFrame) -> np.ndarray | None:
@@ -137,7 +140,11 @@ def _gpu_column_mean(frame: pd.DataFrame, grid: WindowGrid, column: str, how: st
 
 
 def align_gpu(frame: pd.DataFrame, grid: WindowGrid) -> GpuSeries | None:
-    """GPU gauges per window. With several GPUs: lowest clock ratio, hottest, summed power."""
+    """GPU gauges per window. With several GPUs: lowest clock ratio, hottest, summed power.
+
+    Power against its limit is judged per GPU (`power_of_limit`: the GPU with the
+    lowest clock), never on the sums.
+    """
     if frame.empty or "t_ns" not in frame.columns:
         return None
     if "gpu" in frame.columns and frame["gpu"].nunique(dropna=True) > 1:
@@ -176,6 +183,7 @@ def align_gpu(frame: pd.DataFrame, grid: WindowGrid) -> GpuSeries | None:
         power_reason=nan_reduce("power_reason", "nanmax"),
         has_reasons=any(g.has_reasons for g in per_gpu),
         temp_slowdown_c=nan_reduce("temp_slowdown_c", "nanmin"),  # the first GPU to throttle
+        power_of_limit=pick("power_of_limit"),
     )
 
 
@@ -205,13 +213,17 @@ def _align_one_gpu(frame: pd.DataFrame, grid: WindowGrid) -> GpuSeries:
         thermal = reduce_on_grid(grid, t, th, "mean")
         power_r = reduce_on_grid(grid, t, pw, "mean")
     mem_total = numeric(frame, "mem_total_bytes")
+    power = _gpu_column_mean(frame, grid, "power_w", "mean")
+    limit = _gpu_column_mean(frame, grid, "power_limit_w", "mean")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        power_of_limit = np.where(limit > 0, power / limit, np.nan)
     return GpuSeries(
         sm_clock_mhz=_gpu_column_mean(frame, grid, "sm_clock_mhz", "mean"),
         sm_clock_max_mhz=_gpu_column_mean(frame, grid, "sm_clock_max_mhz", "max"),
         clock_ratio_busy=ratio,
         temp_c=_gpu_column_mean(frame, grid, "temp_c", "max"),
-        power_w=_gpu_column_mean(frame, grid, "power_w", "mean"),
-        power_limit_w=_gpu_column_mean(frame, grid, "power_limit_w", "mean"),
+        power_w=power,
+        power_limit_w=limit,
         util_pct=_gpu_column_mean(frame, grid, "util_gpu_pct", "mean"),
         mem_used_bytes=_gpu_column_mean(frame, grid, "mem_used_bytes", "max"),
         mem_total_bytes=float(np.nanmax(mem_total)) if mem_total is not None else None,
@@ -219,6 +231,7 @@ def _align_one_gpu(frame: pd.DataFrame, grid: WindowGrid) -> GpuSeries:
         power_reason=power_r,
         has_reasons=bits is not None,
         temp_slowdown_c=_gpu_column_mean(frame, grid, "temp_slowdown_c", "min"),
+        power_of_limit=power_of_limit,
     )
 
 
@@ -451,6 +464,21 @@ class TritonSeries:
     # copy time, like compute_infer): moving tensors to and from the device, apart from
     # the model's own compute. None where the statistics do not record them.
     data_movement_ms: np.ndarray | None = None
+    # Every other model the server reported, by name: its activity per window. Models on
+    # one server share its GPU (and, on CPU, the backend's threads): another model's burst
+    # slows the analyzed one with nothing else changing (causes/model_contention.py).
+    others: dict[str, ModelActivity] = field(default_factory=dict)
+
+
+@dataclass
+class ModelActivity:
+    """One model's load on the server per window, from Triton's statistics."""
+
+    inferences_per_s: np.ndarray
+    executions_per_s: np.ndarray
+    # Milliseconds of compute per second (its executions' compute_infer time, each batch
+    # counted once): the share of the server's accelerator it held, x 1000.
+    compute_ms_per_s: np.ndarray
 
 
 def _pick_model(frame: pd.DataFrame, preferred: str | None) -> tuple[pd.DataFrame, str | None]:
@@ -465,6 +493,30 @@ def _pick_model(frame: pd.DataFrame, preferred: str | None) -> tuple[pd.DataFram
         counts = frame.groupby("model").size()
         chosen = str(counts.idxmax())
     return frame[frame["model"] == chosen].reset_index(drop=True), chosen
+
+
+def _model_activity(frame: pd.DataFrame, grid: WindowGrid) -> ModelActivity:
+    """A model's requests, executions and busy time per second (its rows only)."""
+    execs, _ = _triton_rate(frame, grid, "execution_count")
+    infers, _ = _triton_rate(frame, grid, "inference_count")
+    busy_ns, _ = _triton_rate(frame, grid, "batch_compute_infer_ns")
+    if np.all(np.isnan(busy_ns)):  # Triton charges each request its batch: once per batch
+        per_request_ns, _ = _triton_rate(frame, grid, "compute_infer_ns")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            busy_ns = np.where(infers > 0, per_request_ns * execs / infers, 0.0)
+    return ModelActivity(infers, execs, busy_ns / 1e6)
+
+
+def other_models(
+    frame: pd.DataFrame, grid: WindowGrid, chosen: str | None
+) -> dict[str, ModelActivity]:
+    """Every model but `chosen` that the server's statistics report, with its activity."""
+    if "model" not in frame.columns or chosen is None:
+        return {}
+    out: dict[str, ModelActivity] = {}
+    for name, rows in frame[frame["model"] != chosen].groupby("model"):
+        out[str(name)] = _model_activity(rows.reset_index(drop=True), grid)
+    return out
 
 
 def _triton_rate(frame: pd.DataFrame, grid: WindowGrid, name: str) -> tuple[np.ndarray, int]:
@@ -488,6 +540,7 @@ def _triton_rate(frame: pd.DataFrame, grid: WindowGrid, name: str) -> tuple[np.n
 def align_triton(frame: pd.DataFrame, grid: WindowGrid, model: str | None) -> TritonSeries | None:
     if frame.empty or "t_ns" not in frame.columns:
         return None
+    everything = frame
     frame, chosen = _pick_model(frame, model)
     execs, r1 = _triton_rate(frame, grid, "execution_count")
     infers, r2 = _triton_rate(frame, grid, "inference_count")
@@ -530,6 +583,7 @@ def align_triton(frame: pd.DataFrame, grid: WindowGrid, model: str | None) -> Tr
         request_ms_per_request=request_ms,
         compute_total_ms=compute_total,
         data_movement_ms=data_movement,
+        others=other_models(everything, grid, chosen),
     )
 
 

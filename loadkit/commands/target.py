@@ -179,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     log_path = args.log
     if log_path is None and not args.smoke:
         log_path = os.path.join(tempfile.gettempdir(), f"loadkit-target-{os.getpid()}.log")
+    ports = _ports(args)
     server = EmbeddedTriton(
         max_queue_delay_us=args.max_queue_delay_us,
         max_batch_size=args.max_batch_size,
@@ -191,7 +192,9 @@ def run(args: argparse.Namespace) -> int:
         payload_input=False,
         model_control=args.model_control,
         host=args.bind,
-        **{f"{service}_port": port for service, port in _ports(args).items()},
+        http_port=ports["http"],
+        grpc_port=ports["grpc"],
+        metrics_port=ports["metrics"],
     )
     # SIGINT and SIGTERM (Ctrl-C, systemd, docker stop, kill -INT of a background
     # job whose shell set SIGINT to ignored) stop the server the same way.

@@ -13,7 +13,11 @@ directory:
 - `payload.LargePayload`: requests carry a large payload the model ignores (event
   `data-movement`; the load generator reads its state file with `payload.PayloadState`)
 - `thermal.ThermalFault`: the simulated GPU's cooling fault (events `cooling-fault`,
-  `thermal-throttle`, written by the simulator itself)
+  `thermal-throttle`, written by the simulator itself) or power cap (event `power-cap`)
+- `neighbour_model.NeighbourModel`: another model's traffic on the same server (event
+  `neighbour-model`; a sender process of its own)
+- `slow_path.SlowPath`: a TCP proxy in front of the server that holds each request
+  (event `slow-path`)
 
 Traffic-shaped faults (bursts, churn, a batching window too long for the
 load) are not injectors: they are load or server settings (see
@@ -23,8 +27,10 @@ bench/diagnosis/).
 from loadkit.faults.cgroup_quota import CgroupQuota, locate_cpu_cgroup
 from loadkit.faults.cpu_burn import CpuBurn
 from loadkit.faults.model_slowdown import ModelSlowdown
+from loadkit.faults.neighbour_model import NeighbourModel
 from loadkit.faults.payload import LargePayload, PayloadState
 from loadkit.faults.schedule import FaultSchedule, FaultUnavailable, FaultWindow, ScheduledFault
+from loadkit.faults.slow_path import SlowPath
 from loadkit.faults.stall import ProcessStall
 from loadkit.faults.thermal import ThermalFault
 
@@ -32,6 +38,7 @@ __all__ = [
     "CgroupQuota",
     "CpuBurn",
     "ModelSlowdown",
+    "NeighbourModel",
     "FaultSchedule",
     "FaultUnavailable",
     "FaultWindow",
@@ -39,6 +46,7 @@ __all__ = [
     "PayloadState",
     "ProcessStall",
     "ScheduledFault",
+    "SlowPath",
     "ThermalFault",
     "locate_cpu_cgroup",
 ]

@@ -1,4 +1,4 @@
-"""Thermal throttling: a cooling fault in the simulated GPU (nothing to inject here).
+"""Thermal throttling and power caps: faults of the simulated GPU (nothing to inject here).
 
 The simulated GPU (`loadkit.telemetry.simgpu`, run by
 `loadkit.telemetry.simgpu_runner`) owns its cooling-fault schedule: while a
@@ -18,6 +18,11 @@ and its clock starts when the simulator starts.
     gpu = fault.start(state_path, triton_url=t.http_url, run_dir=run_dir)
     ...                                # Triton started with sim_gpu_state=state_path
     fault.stop()
+
+The same handle starts the simulated GPU with a power cap (`power_cap`: its
+windows are `power-cap` events), with GPUs beside it (`extra_devices`), with the
+reason bits hidden (`reason_bits=False`), and shared by other models
+(`shared_models`: their executions take its time from the model's).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadkit.telemetry.simgpu import PowerCapSchedule
 from loadkit.telemetry.simgpu_runner import SimulatedGpu, start_simulated_gpu
 
 # The event names the simulated GPU writes (kind "fault").
@@ -40,6 +46,10 @@ class ThermalFault:
     period_s: float | None
     duration_s: float = 5.0
     first_start_s: float | None = None  # default: one period in (the simulator's default)
+    power_cap: PowerCapSchedule | None = None
+    shared_models: tuple[str, ...] = ()
+    extra_devices: tuple[float, ...] = ()  # GPUs beside it: each one's background busy share
+    reason_bits: bool = True
     gpu: SimulatedGpu | None = field(default=None, init=False)
 
     def start(
@@ -61,6 +71,10 @@ class ThermalFault:
             cooling_fault_period_s=self.period_s,
             cooling_fault_duration_s=self.duration_s,
             cooling_fault_offset_s=self.first_start_s,
+            shared_models=self.shared_models,
+            power_cap=self.power_cap,
+            extra_devices=self.extra_devices,
+            reason_bits=self.reason_bits,
         )
         return self.gpu
 

@@ -48,6 +48,10 @@ class ModelSettings:
     # max_queue_delay_microseconds (None: as shipped). doc_ranker's 1 ms wait for
     # batches of 4-8 is itself a batching-window finding at tens to hundreds of req/s.
     extra_models_queue_delay_us: int | None = None
+    # Parameters for the shipped extra models (their static configs have none), e.g.
+    # doc_ranker's simulated accelerator time; with them, `sim_gpu_state` too, so that
+    # the extra models share the simulated GPU with the ranker. Empty: as shipped.
+    extra_models_params: Mapping[str, str] = field(default_factory=dict)
 
     def validate(self) -> None:
         if self.max_batch_size < 1:
@@ -112,6 +116,14 @@ def render_config(settings: ModelSettings) -> str:
     )
 
 
+def _parameters_block(params: Mapping[str, str]) -> str:
+    entries = ",\n".join(
+        f"  {{ key: {_pbtxt_string(k)} value: {{ string_value: {_pbtxt_string(v)} }} }}"
+        for k, v in sorted(params.items())
+    )
+    return f"\nparameters [\n{entries}\n]\n"
+
+
 def write_repository(dest: Path, settings: ModelSettings, extra_models: Sequence[str] = ()) -> Path:
     """Create `dest/ranker/{config.pbtxt,1/model.py}` (and each extra model's copy).
 
@@ -140,4 +152,12 @@ def write_repository(dest: Path, settings: ModelSettings, extra_models: Sequence
                 config.read_text(encoding="utf-8"),
             )
             config.write_text(text, encoding="utf-8")
+        if settings.extra_models_params:
+            params = {str(k): str(v) for k, v in settings.extra_models_params.items()}
+            if settings.sim_gpu_state:
+                params.setdefault("sim_gpu_state", str(settings.sim_gpu_state))
+            config = dest / name / "config.pbtxt"
+            config.write_text(
+                config.read_text(encoding="utf-8") + _parameters_block(params), encoding="utf-8"
+            )
     return dest

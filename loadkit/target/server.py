@@ -100,6 +100,7 @@ class EmbeddedTriton:
         metrics_config: tuple[str, ...] = (),
         payload_input: bool = False,
         extra_models_queue_delay_us: int | None = None,
+        extra_models_params: Mapping[str, object] | None = None,
         model_control: str = "none",
         host: str = HOST,
     ) -> None:
@@ -115,6 +116,7 @@ class EmbeddedTriton:
             sim_gpu_state=os.path.abspath(sim_gpu_state) if sim_gpu_state else None,
             payload_input=payload_input,
             extra_models_queue_delay_us=extra_models_queue_delay_us,
+            extra_models_params={str(k): str(v) for k, v in (extra_models_params or {}).items()},
         )
         self.settings.validate()
         self._requested_ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}

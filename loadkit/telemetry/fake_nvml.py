@@ -6,7 +6,11 @@ error behaviour (power in mW, energy in mJ, PCIe in KB/s; unsupported calls
 raise `NVMLError_NotSupported`), so the sampler's real code path reads it.
 Point it at a state file with `configure(path)` or `LOADKIT_SIM_GPU_STATE`.
 
-One device (index 0). The state file is re-read at most every 20 ms.
+One device (index 0), plus one more per entry of the state's `devices` list (index
+1, 2, ...: a second simulated GPU). A device whose state says
+`"reasons_supported": false` answers its clocks-event reasons with NotSupported
+(a driver or exporter that does not read them). The state file is re-read at most
+every 20 ms.
 """
 
 from __future__ import annotations
@@ -158,10 +162,16 @@ def _state() -> dict[str, Any]:
     return _load()
 
 
+def _devices() -> list[dict[str, Any]]:
+    state = _state()
+    return [state, *(state.get("devices") or [])]
+
+
 def _handle(handle: Any) -> dict[str, Any]:
-    if handle != 0:
+    devices = _devices()
+    if not isinstance(handle, int) or not 0 <= handle < len(devices):
         raise NVMLError_InvalidArgument()
-    return _state()
+    return devices[handle]
 
 
 # --- the API the GPU sampler uses ------------------------------------------
@@ -192,15 +202,13 @@ def nvmlSystemGetCudaDriverVersion() -> int:
 
 
 def nvmlDeviceGetCount() -> int:
-    _state()
-    return 1
+    return len(_devices())
 
 
 def nvmlDeviceGetHandleByIndex(index: int) -> int:
-    _state()
-    if index != 0:
+    if not 0 <= index < len(_devices()):
         raise NVMLError_InvalidArgument()
-    return 0
+    return index
 
 
 def nvmlDeviceGetName(handle: Any) -> str:
@@ -272,7 +280,10 @@ def nvmlDeviceGetTotalEnergyConsumption(handle: Any) -> int:
 
 
 def nvmlDeviceGetCurrentClocksEventReasons(handle: Any) -> int:
-    return int(_handle(handle)["clocks_event_reasons"])
+    s = _handle(handle)
+    if s.get("reasons_supported") is False:
+        raise NVMLError_NotSupported()
+    return int(s["clocks_event_reasons"])
 
 
 def nvmlDeviceGetCurrentClocksThrottleReasons(handle: Any) -> int:

@@ -23,6 +23,14 @@ any load above ~5 % crosses it within ~0.5-2 s, stays throttled for the fault
 (the throttled steady state, 86-93 °C, is above the release point) and is
 released within ~0.5 s after the fault ends.
 
+A *power cap* (`PowerCapSchedule`: an operator's `nvidia-smi -pl`, a rack's power
+budget) holds the GPU at `power_fraction` of its board limit for each window:
+the enforced limit reads that much, the power sits at it, the SM clock runs at
+`clock_fraction` of max (power management's step down, 5-20 %) and the
+SW_POWER_CAP reason bit is set. These are the readings of a GPU held at its
+cap; the clock is drawn rather than solved from the power model, so that a
+lightly loaded simulated GPU can be capped at all.
+
 This module is pure: `SimGpuModel.step(dt_s, busy_fraction)` with an explicit
 time step, no clocks, no files. `loadkit.telemetry.simgpu_runner` drives it.
 """
@@ -33,7 +41,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from loadkit.rundir.schema import REASON_GPU_IDLE, REASON_HW_SLOWDOWN, REASON_HW_THERMAL
+from loadkit.rundir.schema import (
+    REASON_GPU_IDLE,
+    REASON_HW_SLOWDOWN,
+    REASON_HW_THERMAL,
+    REASON_SW_POWER_CAP,
+)
 
 # The simulated GPU's state, in the run directory unless told otherwise: the simulator
 # writes it, the GPU sampler reads it through `fake_nvml`.
@@ -99,6 +112,23 @@ class CoolingFaultSchedule:
         return (t_s - offset) % self.period_s < self.duration_s
 
 
+@dataclass(frozen=True)
+class PowerCapSchedule(CoolingFaultSchedule):
+    """A power cap for `duration_s` every `period_s` (None: never), as `CoolingFaultSchedule`.
+
+    While it lasts the GPU is held at `power_fraction` of its board power limit,
+    its SM clock at `clock_fraction` of max.
+    """
+
+    power_fraction: float = 0.8
+    clock_fraction: float = 0.9
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 < self.power_fraction <= 1.0 or not 0.0 < self.clock_fraction <= 1.0:
+            raise ValueError("power cap fractions must be in (0, 1]")
+
+
 @dataclass
 class SimGpuState:
     """What the fake NVML reports; serialized as the state file (JSON)."""
@@ -123,6 +153,9 @@ class SimGpuState:
     clocks_event_reasons: int = 0
     throttled: bool = False
     cooling_fault: bool = False
+    power_capped: bool = False
+    # False: the driver does not read clocks-event reasons (fake_nvml: NotSupported).
+    reasons_supported: bool = True
     thermal_violation_ns: int = 0
     pcie_tx_kbps: int = 0
     pcie_rx_kbps: int = 0
@@ -130,6 +163,11 @@ class SimGpuState:
     uuid: str = ""
     simulated: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    # The GPUs after this one (index 1, 2, ...), each its own state (fake_nvml reads them).
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    # Each model's share of the GPU's time left by the other models sharing it (the
+    # models read theirs: `shares[name]`; absent: the GPU is theirs alone).
+    shares: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,7 +175,8 @@ class SimGpuState:
 
 @dataclass(frozen=True)
 class Transition:
-    """A change the runner logs as ground truth: (`cooling-fault` | `thermal-throttle`, start|end)."""
+    """A change the runner logs as ground truth: (`cooling-fault` | `thermal-throttle` |
+    `power-cap`, start|end)."""
 
     name: str
     action: str
@@ -151,21 +190,33 @@ class SimGpuModel:
         self,
         params: SimGpuParams | None = None,
         faults: CoolingFaultSchedule | None = None,
+        power_cap: PowerCapSchedule | None = None,
     ) -> None:
         self.params = params or SimGpuParams()
         self.faults = faults or CoolingFaultSchedule()
+        self.power_cap = power_cap or PowerCapSchedule()
         p = self.params
         self.t_s = 0.0
         self.temp_c = p.coolant_c + p.power_idle_w * p.thermal_resistance_c_per_w
         self.throttled = False
         self.fault = False
+        self.capped = False
         self.energy_j = 0.0
         self.thermal_violation_s = 0.0
         self.state = self._snapshot(util=0.0, power_w=p.power_idle_w)
 
     @property
     def clock_factor(self) -> float:
-        return self.params.throttle_clock_fraction if self.throttled else 1.0
+        factor = self.params.throttle_clock_fraction if self.throttled else 1.0
+        if self.capped:
+            factor = min(factor, self.power_cap.clock_fraction)
+        return factor
+
+    @property
+    def power_limit_w(self) -> float:
+        """The enforced limit: the board's, or the cap's while it lasts."""
+        p = self.params
+        return p.power_limit_w * (self.power_cap.power_fraction if self.capped else 1.0)
 
     def steady_temp_c(self, power_w: float, fault: bool) -> float:
         """Where the temperature would settle at this power (for tests and docs)."""
@@ -190,8 +241,14 @@ class SimGpuModel:
         if fault != self.fault:
             self.fault = fault
             transitions.append(Transition("cooling-fault", "start" if fault else "end", self.t_s))
+        capped = self.power_cap.active(self.t_s)
+        if capped != self.capped:
+            self.capped = capped
+            transitions.append(Transition("power-cap", "start" if capped else "end", self.t_s))
 
         power = self.power_w(util, self.clock_factor)
+        if self.capped:  # held at its cap (see the module's docstring)
+            power = 0.985 * self.power_limit_w
         target = self.steady_temp_c(power, fault)
         # Exact solution of dT/dt = (target - T) / tau over dt (stable for any dt).
         self.temp_c = target + (self.temp_c - target) * math.exp(-dt_s / p.tau_s)
@@ -212,7 +269,9 @@ class SimGpuModel:
     def _snapshot(self, util: float, power_w: float) -> SimGpuState:
         p = self.params
         reasons = THERMAL_THROTTLE_REASONS if self.throttled else 0
-        if util < p.idle_busy_fraction and not self.throttled:
+        if self.capped:
+            reasons |= REASON_SW_POWER_CAP
+        if util < p.idle_busy_fraction and not self.throttled and not self.capped:
             reasons |= REASON_GPU_IDLE
         pcie = int(p.pcie_kbps_at_full_load * util)
         return SimGpuState(
@@ -229,13 +288,14 @@ class SimGpuModel:
             temp_shutdown_c=p.temp_shutdown_c,
             temp_max_operating_c=p.temp_max_operating_c,
             power_w=round(power_w, 3),
-            power_limit_w=p.power_limit_w,
+            power_limit_w=self.power_limit_w,
             energy_mj=int(self.energy_j * 1000.0),
             mem_used_bytes=p.mem_base_used_bytes + int(util * 512 * 1024**2),
             mem_total_bytes=p.mem_total_bytes,
             clocks_event_reasons=reasons,
             throttled=self.throttled,
             cooling_fault=self.fault,
+            power_capped=self.capped,
             thermal_violation_ns=int(self.thermal_violation_s * 1e9),
             pcie_tx_kbps=pcie // 4,
             pcie_rx_kbps=pcie,

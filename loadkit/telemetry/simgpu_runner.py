@@ -7,6 +7,14 @@ the state file (temp + `os.replace`) that both the ranker model (its
 `clock_factor`) and `fake_nvml` read. Fault and throttle transitions go to the
 run's events log as ground truth (`kind: fault`, `simulated: true`).
 
+Models that share the GPU (`shared_models`) are measured alike: the GPU's
+utilization is all of theirs together, and each model's share of the GPU's
+time is what the others leave it (`SimGpuState.shares`): a model reads its
+share and its kernels take 1/share as long, as kernels of two processes
+time-slice one GPU's SMs. Extra devices (`extra_devices`) are GPUs beside it
+with a background load of their own (another job), and `reason_bits=False`
+hides the clocks-event reasons, as a driver or exporter that does not read them.
+
 It runs in its own process (`python -m loadkit.telemetry.simgpu_runner`); `start_simulated_gpu` writes the
 initial state before returning, so Triton can be started right after it.
 """
@@ -20,7 +28,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -31,6 +39,7 @@ from loadkit.telemetry.http import HttpGetError, KeepAliveGetter
 from loadkit.telemetry.process import StopFlag
 from loadkit.telemetry.simgpu import (
     CoolingFaultSchedule,
+    PowerCapSchedule,
     SimGpuModel,
     SimGpuParams,
     SimGpuState,
@@ -39,6 +48,9 @@ from loadkit.telemetry.simgpu import (
 from loadkit.telemetry.triton_stats import flatten_model_stats
 
 STEP_INTERVAL_S = 0.1
+# A model keeps at least this share of the GPU's time however busy the others are
+# (time-slicing gives each process its turn).
+MIN_SHARE = 0.25
 
 timer = time.monotonic
 
@@ -52,16 +64,20 @@ def write_state(path: Path, state: SimGpuState) -> None:
 
 
 class BusyMeter:
-    """Busy fraction of the model from Triton's cumulative compute time."""
+    """Busy fraction of each model on the GPU from Triton's cumulative compute time."""
 
-    def __init__(self, triton_url: str | None, model: str) -> None:
+    def __init__(self, triton_url: str | None, model: str, shared: tuple[str, ...] = ()) -> None:
         self._http = KeepAliveGetter(triton_url, timeout_s=0.5) if triton_url else None
-        self._path = f"/v2/models/{quote(model, safe='')}/stats"
-        self._prev_ns: int | None = None
+        self.models = (model, *shared)
+        # One model: its own statistics; several: the server's, every model at once.
+        self._path = (
+            f"/v2/models/{quote(model, safe='')}/stats" if not shared else "/v2/models/stats"
+        )
+        self._prev: dict[str, int] | None = None
         self.reachable = False
 
-    def busy_ns(self) -> int | None:
-        """Cumulative busy ns since the model loaded, or None if Triton is not answering."""
+    def busy_ns(self) -> dict[str, int] | None:
+        """Cumulative busy ns per model since it loaded, or None if Triton is not answering."""
         if self._http is None:
             return None
         try:
@@ -70,17 +86,29 @@ class BusyMeter:
             self.reachable = False
             return None
         self.reachable = True
-        return sum(
-            flatten_model_stats(entry)[0]["batch_compute_infer_ns"]
-            for entry in data.get("model_stats") or []
-        )
+        out = dict.fromkeys(self.models, 0)
+        for entry in data.get("model_stats") or []:
+            name = str(entry.get("name", self.models[0]))
+            if name in out:
+                out[name] += flatten_model_stats(entry)[0]["batch_compute_infer_ns"]
+        return out
+
+    def fractions(self, dt_s: float) -> dict[str, float]:
+        """Each model's busy share of the last `dt_s` (0 where unknown)."""
+        cur = self.busy_ns()
+        prev, self._prev = self._prev, cur
+        out = dict.fromkeys(self.models, 0.0)
+        if cur is None or prev is None or dt_s <= 0:
+            return out  # first reading or Triton down: no known load
+        for name in self.models:
+            delta = cur[name] - prev.get(name, 0)
+            if delta >= 0:  # a restart: no known load
+                out[name] = delta / (dt_s * 1e9)
+        return out
 
     def fraction(self, dt_s: float) -> float:
-        cur = self.busy_ns()
-        prev, self._prev_ns = self._prev_ns, cur
-        if cur is None or prev is None or cur < prev or dt_s <= 0:
-            return 0.0  # first reading, Triton down or restarted: no known load
-        return (cur - prev) / (dt_s * 1e9)
+        """All the models' busy share together (the GPU's utilization)."""
+        return sum(self.fractions(dt_s).values())
 
     def close(self) -> None:
         if self._http is not None:
@@ -96,6 +124,33 @@ class SimGpuConfig:
     params: SimGpuParams = field(default_factory=SimGpuParams)
     faults: CoolingFaultSchedule = field(default_factory=CoolingFaultSchedule)
     step_interval_s: float = STEP_INTERVAL_S
+    # Other models on this GPU: they take its time from one another (`SimGpuState.shares`).
+    shared_models: tuple[str, ...] = ()
+    power_cap: PowerCapSchedule = field(default_factory=PowerCapSchedule)
+    # GPUs beside this one (index 1, 2, ...), each with this background busy fraction.
+    extra_devices: tuple[float, ...] = ()
+    reason_bits: bool = True
+
+
+def shares(busy: dict[str, float], last: dict[str, float] | None = None) -> dict[str, float]:
+    """Each model's share of the GPU's time: what the other models' work leaves it.
+
+    A model's work is its busy time x the share it had (`last`; 1 where unknown): a
+    model slowed to half its speed is busy twice as long for the same kernels, and
+    counting that time whole would let two models squeeze each other to the floor.
+    """
+    work = {name: b * (last or {}).get(name, 1.0) for name, b in busy.items()}
+    total = sum(work.values())
+    return {name: round(max(MIN_SHARE, 1.0 - (total - own)), 4) for name, own in work.items()}
+
+
+def beside(config: SimGpuConfig) -> list[SimGpuModel]:
+    """The GPUs beside the model's (index 1, 2, ...), each with a UUID of its own."""
+    base = config.params.uuid
+    return [
+        SimGpuModel(replace(config.params, uuid=f"{base[:-1]}{(int(base[-1], 16) + i) % 16:x}"))
+        for i in range(1, len(config.extra_devices) + 1)
+    ]
 
 
 def _log_transitions(
@@ -117,21 +172,44 @@ def _log_transitions(
         )
 
 
+def _published(
+    config: SimGpuConfig,
+    model: SimGpuModel,
+    others: list[SimGpuModel],
+    busy: dict[str, float],
+    last_shares: dict[str, float] | None = None,
+) -> SimGpuState:
+    """The state file's content: this GPU, the GPUs beside it, the models' shares."""
+    state = model.state
+    state.reasons_supported = config.reason_bits
+    state.devices = []
+    for extra in others:
+        extra.state.reasons_supported = config.reason_bits
+        state.devices.append(extra.state.to_json())
+    state.shares = shares(busy, last_shares) if config.shared_models else {}
+    return state
+
+
 def simulate(config: SimGpuConfig, stop: StopFlag) -> None:
     """The runner's loop (the body of the simulated-GPU process)."""
-    model = SimGpuModel(config.params, config.faults)
-    meter = BusyMeter(config.triton_url, config.model)
+    model = SimGpuModel(config.params, config.faults, config.power_cap)
+    others = beside(config)
+    meter = BusyMeter(config.triton_url, config.model, config.shared_models)
     state_path = Path(config.state_path)
-    meter.fraction(0.0)  # baseline
+    meter.fractions(0.0)  # baseline
+    state = model.state
     last = timer()
     next_tick = last + config.step_interval_s
     try:
         while not stop.wait(max(0.0, next_tick - timer())):
             now = timer()
-            busy = meter.fraction(now - last)
-            transitions = model.step(now - last, busy)
+            busy = meter.fractions(now - last)
+            transitions = model.step(now - last, sum(busy.values()))
+            for extra, background in zip(others, config.extra_devices, strict=True):
+                extra.step(now - last, background)
             last = now
-            write_state(state_path, model.state)
+            state = _published(config, model, others, busy, state.shares)
+            write_state(state_path, state)
             _log_transitions(config.run_dir, transitions, model)
             next_tick += config.step_interval_s
             if next_tick < timer():
@@ -143,6 +221,8 @@ def simulate(config: SimGpuConfig, stop: StopFlag) -> None:
             ends.append(Transition("thermal-throttle", "end", model.t_s))
         if model.fault:
             ends.append(Transition("cooling-fault", "end", model.t_s))
+        if model.capped:
+            ends.append(Transition("power-cap", "end", model.t_s))
         _log_transitions(config.run_dir, ends, model)
         meter.close()
 
@@ -155,6 +235,11 @@ def config_from_json(text: str) -> SimGpuConfig:
     data = json.loads(text)
     data["params"] = SimGpuParams(**data["params"])
     data["faults"] = CoolingFaultSchedule(**data["faults"])
+    if "power_cap" in data:
+        data["power_cap"] = PowerCapSchedule(**data["power_cap"])
+    for key in ("shared_models", "extra_devices"):
+        if key in data:
+            data[key] = tuple(data[key])
     return SimGpuConfig(**data)
 
 
@@ -191,6 +276,10 @@ class SimulatedGpu:
             "model": self.config.model,
             "step_interval_s": self.config.step_interval_s,
             "cooling_fault": asdict(self.config.faults),
+            "power_cap": asdict(self.config.power_cap),
+            "shared_models": list(self.config.shared_models),
+            "extra_devices": list(self.config.extra_devices),
+            "reason_bits": self.config.reason_bits,
             "params": asdict(self.config.params),
         }
 
@@ -225,6 +314,11 @@ def start_simulated_gpu(
     cooling_fault_offset_s: float | None = None,
     params: SimGpuParams | None = None,
     step_interval_s: float = STEP_INTERVAL_S,
+    *,
+    shared_models: tuple[str, ...] = (),
+    power_cap: PowerCapSchedule | None = None,
+    extra_devices: tuple[float, ...] = (),
+    reason_bits: bool = True,
 ) -> SimulatedGpu:
     """Start the simulated GPU; the state file exists (clock_factor 1.0) on return.
 
@@ -245,9 +339,15 @@ def start_simulated_gpu(
         params=params or SimGpuParams(),
         faults=faults,
         step_interval_s=step_interval_s,
+        shared_models=tuple(shared_models),
+        power_cap=power_cap or PowerCapSchedule(),
+        extra_devices=tuple(extra_devices),
+        reason_bits=reason_bits,
     )
     Path(config.state_path).parent.mkdir(parents=True, exist_ok=True)
-    write_state(Path(config.state_path), SimGpuModel(config.params, faults).state)
+    initial = SimGpuModel(config.params, faults, config.power_cap)
+    extras = beside(config)
+    write_state(Path(config.state_path), _published(config, initial, extras, {}))
     argv = [
         sys.executable,
         "-m",

@@ -118,6 +118,10 @@ class RunSpec:
     # host-device copies grow (large payloads, unpinned memory): strength = extra ms of
     # compute_input + compute_output per request in the batch; compute_infer unchanged
     data_movements: tuple[FaultWindow, ...] = ()
+    # Another model on the same server (NEIGHBOUR_MODEL) busy on the shared accelerator:
+    # strength = its share of the accelerator's time in the window; this model's compute
+    # takes 1 / (1 - share) as long there, and Triton's statistics report both models.
+    neighbour_bursts: tuple[FaultWindow, ...] = ()
     request_bytes: int = 2048  # each sampled request's recorded size
     payload_bytes: int = 0  # added to the size of a request sent in a data-movement window
     error_rate: float = 0.0
@@ -309,6 +313,9 @@ def simulate(spec: RunSpec) -> Simulated:
         slow = _in_any(t_start, spec.model_slowdowns)
         if slow:
             compute *= slow.strength
+        neighbour = _in_any(t_start, spec.neighbour_bursts)
+        if neighbour:
+            compute /= 1.0 - neighbour.strength
         quota = _in_any(t_start, spec.cgroup_quotas)
         if quota:
             compute *= 1.0 + quota.strength * float(rng.uniform(0.5, 1.5))
@@ -641,6 +648,7 @@ def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_
         0,
     )
     n = int(spec.duration_s / spec.stats_interval_s)
+    neighbour_cum: dict[str, int] = {}
     reset_done = False
     # Per-request queue time attributed to the batch start of its request.
     for k in range(n):
@@ -678,7 +686,45 @@ def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_
         row["interval_ns"] = int(spec.stats_interval_s * NS)
         row["batch_sizes"] = {str(int(s)): int(c) for s, c in zip(uniq, counts, strict=True)}
         out.write(row)
+        if spec.neighbour_bursts:
+            out.write(_neighbour_row(spec, neighbour_cum, start_ns, t0))
     out.close()
+
+
+# The other model of `RunSpec.neighbour_bursts`: requests of this many rows, one batch each,
+# taking NEIGHBOUR_BATCH_S of the accelerator at full speed.
+NEIGHBOUR_MODEL = "doc_ranker"
+NEIGHBOUR_ROWS = 8
+NEIGHBOUR_BATCH_S = 0.008
+
+
+def _neighbour_row(spec: RunSpec, cum: dict[str, int], start_ns: int, t0: float) -> Any:
+    """The neighbour's statistics row for [t0, t0 + interval): busy `strength` of it."""
+    t1 = t0 + spec.stats_interval_s
+    busy_s = sum(
+        max(0.0, min(t1, w.end_s) - max(t0, w.start_s)) * w.strength for w in spec.neighbour_bursts
+    )
+    execs = int(round(busy_s / NEIGHBOUR_BATCH_S))
+    infer_ns = int(busy_s * NS)
+    delta = {
+        "success_count": execs * NEIGHBOUR_ROWS,
+        "execution_count": execs,
+        "inference_count": execs * NEIGHBOUR_ROWS,
+        "queue_ns": 0,
+        "compute_infer_ns": infer_ns * NEIGHBOUR_ROWS,  # charged to every request of a batch
+        "compute_input_ns": 0,
+        "compute_output_ns": 0,
+        "success_ns": infer_ns * NEIGHBOUR_ROWS,
+        "batch_compute_infer_ns": infer_ns,
+    }
+    for key, value in delta.items():
+        cum[key] = cum.get(key, 0) + value
+    cells: dict[str, Any] = {"t_ns": _ns(start_ns, t0), "model": NEIGHBOUR_MODEL, "version": "1"}
+    cells.update(cum)
+    cells.update({delta_key(key): value for key, value in delta.items()})
+    cells["interval_ns"] = int(spec.stats_interval_s * NS)
+    cells["batch_sizes"] = {str(NEIGHBOUR_ROWS): execs} if execs else {}
+    return cells
 
 
 # The machines of a run with places (`RunSpec.target_local`): the target's, when it is not
@@ -780,6 +826,7 @@ def write_run(
     faults += [("churn", w) for w in spec.churns]
     faults += [("stall", w) for w in spec.stalls]
     faults += [("model-slowdown", w) for w in spec.model_slowdowns]
+    faults += [("neighbour-model", w) for w in spec.neighbour_bursts]
     for name, w in faults:
         append_event(path, "fault", name, t_ns=_ns(start_ns, w.start_s), action="start")
         append_event(path, "fault", name, t_ns=_ns(start_ns, w.end_s), action="end")

@@ -275,6 +275,84 @@ def test_simulated_gpu_throttling_slows_the_ranker(run_dir: Path) -> None:
     assert ratio > 1.4, (size, throttled[size], normal[size])
 
 
+def test_two_models_on_the_simulated_gpu_delay_each_other(run_dir: Path) -> None:
+    """A burst on doc_ranker takes the shared simulated GPU's time: the ranker's batches slow."""
+    from loadkit.faults import FaultSchedule, NeighbourModel
+
+    state = run_dir / SIM_GPU_STATE_FILE
+    state.write_text(json.dumps({"clock_factor": 1.0}))
+    # GIVEN doc_ranker with simulated accelerator time (8 ms a request of 8 rows) on the
+    # ranker's simulated GPU, and the GPU shared by the two models
+    with EmbeddedTriton(
+        sim_gpu_state=state,
+        max_queue_delay_us=500,
+        extra_models=("doc_ranker",),
+        extra_models_params={"gpu_time_us_per_batch": 4000, "gpu_time_us_per_item": 500},
+        extra_models_queue_delay_us=0,
+    ) as triton:
+        sim = start_simulated_gpu(
+            state, triton.http_url, run_dir=run_dir, shared_models=("doc_ranker",)
+        )
+        samplers = SamplerSet.start(
+            run_dir, triton_url=triton.http_url, rates={"triton_stats": 4.0}
+        )
+        rows8 = 8
+        body = {
+            "inputs": [
+                {"name": "QUERY", "datatype": "BYTES", "shape": [rows8, 1], "data": ["q"] * rows8},
+                {"name": "DOC_IDS", "datatype": "INT32", "shape": [rows8, 4],
+                 "data": list(range(4 * rows8))},
+                {"name": "CONTEXT", "datatype": "FP32", "shape": [rows8, 4], "data": [0.5] * 32},
+            ]
+        }  # fmt: skip
+        # WHEN doc_ranker gets 60 requests/s (about half the GPU) for 3 s, twice
+        neighbour = NeighbourModel(
+            triton.http_url,
+            "doc_ranker",
+            body,
+            FaultSchedule(duration_s=3.0, period_s=7.0, first_start_s=3.0, count=2),
+            rate_rps=60.0,
+            state_dir=run_dir,
+            run_dir=run_dir,
+        )
+        load = ThreadedLoad(triton.http_url, think_s=0.01)
+        try:
+            assert samplers.wait_started(20)
+            load.add_users(2)
+            neighbour.start()
+            assert neighbour.join(30.0)
+            time.sleep(1.5)
+        finally:
+            neighbour.stop()
+            load.close()
+            samplers.stop()
+            sim.stop()
+
+    events = [e for e in rows(run_dir / "events.jsonl") if e["name"] == "neighbour-model"]
+    starts = [e["t_ns"] for e in events if e["action"] == "start"]
+    ends = [e["t_ns"] for e in events if e["action"] == "end"]
+    assert len(starts) == len(ends) == 2
+    windows = list(zip(starts, ends, strict=True))
+
+    def share(row: dict[str, Any]) -> float:
+        lo, hi = row["t_ns"], row["t_ns"] + row["interval_ns"]
+        return sum(max(0, min(hi, e) - max(lo, s)) for s, e in windows) / (hi - lo)
+
+    # THEN Triton's statistics report both models, doc_ranker busy only in its windows ...
+    stats = rows(run_dir / "telemetry" / "triton_stats.jsonl")
+    doc = [r for r in stats if r["model"] == "doc_ranker"]
+    assert sum(r["execution_count_delta"] for r in doc if share(r) == 0) == 0
+    assert sum(r["execution_count_delta"] for r in doc if share(r) > 0.9) >= 60
+    # ... and the ranker's batches of one take longer there: the GPU's time is shared
+    ranker = [r for r in stats if r["model"] == "ranker"]
+    inside = [r["compute_infer_us_by_batch_size"].get("1") for r in ranker if share(r) > 0.9]
+    outside = [r["compute_infer_us_by_batch_size"].get("1") for r in ranker if share(r) == 0]
+    inside, outside = [v for v in inside if v], [v for v in outside if v]
+    assert len(inside) >= 4 and len(outside) >= 4, (inside, outside)
+    ratio = np.median(inside) / np.median(outside)
+    assert ratio > 1.4, (ratio, inside, outside)
+
+
 def test_watch_records_a_run_directory_with_probe_latency(tmp_path: Path) -> None:
     from loadkit.cli import main
     from loadkit.rundir import load_run

@@ -25,6 +25,7 @@ from loadkit.analysis.causes import (
     gpu_clock_thermal,
     gpu_underused,
     load_machine,
+    model_contention,
     process_stall,
     request_errors,
     unexplained,
@@ -52,6 +53,8 @@ REGISTRY: tuple[Cause, ...] = (
     gpu_clock_power.CAUSE,
     gpu_clock_other.CAUSE,
     data_movement.CAUSE,
+    # Another model on the same server (Triton's statistics of every model).
+    model_contention.CAUSE,
     cpu_saturation.CAUSE,
     cgroup_throttling.CAUSE,
     # The load machine's own trouble (its telemetry, never the server's).

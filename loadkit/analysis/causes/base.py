@@ -42,7 +42,8 @@ ERRORS = "errors"
 # the number the cause itself is found by.
 
 # Busy SM clock under this share of its max is a clock drop: the three clock causes and
-# their timeline spans (`_gpu_clock.throttle_classes`).
+# their timeline spans (`_gpu_clock.throttle_classes`). A shallower fall is a drop too where
+# it clears the clock's own baseline spread and a reason names it (`_gpu_clock.shallow_drop`).
 CLOCK_DROP_RATIO = 0.80
 # A reason bit in at least this share of a window's busy samples names its clock drop (the
 # larger share where both are seen). A throttle of a second or two fills only part of a

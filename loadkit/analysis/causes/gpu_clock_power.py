@@ -28,4 +28,5 @@ CAUSE = Cause(
     signal=SIGNAL,
     shading=clock_shading(CAUSE_GPU_POWER, "gpu_power", "GPU power capping"),
     server_series=("gpu",),
+    fault_events=("power-cap",),
 )

@@ -53,7 +53,10 @@ _CONTEXT = (
     ("cgroup quota", "cgroup_throttled"),
     ("batch size", "batch_size"),
     ("arrivals", "offered"),
+    ("other models' load", "other_models_compute"),
 )
+# Said only where measured: a server with one model has no other models' load to deny.
+_SILENT_WHEN_UNKNOWN = frozenset({"other_models_compute"})
 
 
 def _context_series(sig: Signals) -> dict[str, tuple[np.ndarray, str]]:
@@ -67,6 +70,11 @@ def _context_series(sig: Signals) -> dict[str, tuple[np.ndarray, str]]:
     if sig.triton is not None:
         out["batch_size"] = (sig.triton.batch_size_mean, "requests")
     out["offered"] = (sig.offered_rps, "req/s")
+    if sig.triton is not None and sig.triton.others:
+        # The server's statistics of its other models: their compute per second (a
+        # neighbour's burst is a change the residual must not deny).
+        busy = np.nansum([o.compute_ms_per_s for o in sig.triton.others.values()], axis=0)
+        out["other_models_compute"] = (busy, "ms/s")
     return out
 
 
@@ -97,6 +105,8 @@ def _unchanged(e: list[Evidence]) -> str:
     same, changed, unknown = [], [], []
     for name, prefix in _CONTEXT:
         delta = ev(e, f"{prefix}_moved")
+        if delta is None and prefix in _SILENT_WHEN_UNKNOWN:
+            continue
         if delta is None:
             unknown.append(name)
         elif abs(delta) < EFFECT_MOVED:
@@ -243,6 +253,7 @@ def _component_cause(
     grew: tuple[str, str],
     ratio: float = GROWTH_RATIO,
     signal: tuple[str, str] | None = None,
+    fault_events: tuple[str, ...] = (),
 ) -> Cause:
     """The fallback cause naming one latency component (`part`) that grew; `grew`: (what, where)."""
     return Cause(
@@ -254,6 +265,7 @@ def _component_cause(
         summary=_summary(*grew),
         signal=signal,
         kind=UNEXPLAINED,
+        fault_events=fault_events,
     )
 
 
@@ -274,6 +286,7 @@ CLIENT_NETWORK = _component_cause(
     "The time goes outside the server (client, network, proxies): check the client "
     "host (CPU, GC pauses), the network path and load balancers, and connection setup.",
     ("client + network time", "the time goes outside the server"),
+    fault_events=("slow-path",),
 )
 GENERATOR = _component_cause(
     CAUSE_GENERATOR,

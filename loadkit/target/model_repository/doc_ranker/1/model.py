@@ -9,10 +9,18 @@ Output:
 
 Like a real embedding lookup, an id outside the table is an error that names
 the input and the valid range: this is what random 64-bit ids run into.
+
+As shipped it has no accelerator time. With the parameters `gpu_time_us_per_batch`
+/ `gpu_time_us_per_item` (loadkit's `extra_models_params`) each batch also sleeps
+that long, as the ranker does, and with `sim_gpu_state` that time is divided by the
+simulated GPU's clock factor and by this model's share of the GPU's time
+(`{"shares": {"doc_ranker": s}}`): two models on one simulated GPU delay each other.
 """
 
+import json
 import os
 import sys
+import time
 import zlib
 
 try:
@@ -31,8 +39,47 @@ CONTEXT_DIM = 4
 SEED = 20261201
 
 
+STATE_REREAD_S = 0.1
+
+
+class GpuShare:
+    """The simulated GPU's clock factor x this model's share of its time (1.0: unknown).
+
+    Re-read at most every 100 ms; a torn or missing file keeps the last value.
+    """
+
+    def __init__(self, path, name):
+        self.path, self.name = path or None, name
+        self.factor, self._checked = 1.0, 0.0
+
+    def get(self):
+        now = time.monotonic()
+        if self.path is None or now - self._checked < STATE_REREAD_S:
+            return self.factor
+        self._checked = now
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                state = json.load(fh)
+            clock = float(state.get("clock_factor", 1.0))
+            share = float((state.get("shares") or {}).get(self.name, 1.0))
+        except (OSError, ValueError, TypeError, AttributeError):
+            return self.factor
+        factor = clock * share
+        self.factor = factor if 0.0 < factor <= 1.0 else 1.0
+        return self.factor
+
+
+def _param(config, name, default):
+    value = config.get("parameters", {}).get(name, {}).get("string_value", "")
+    return value if value != "" else default
+
+
 class TritonPythonModel:
     def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.gpu_us_per_batch = float(_param(config, "gpu_time_us_per_batch", "0"))
+        self.gpu_us_per_item = float(_param(config, "gpu_time_us_per_item", "0"))
+        self.gpu = GpuShare(_param(config, "sim_gpu_state", ""), args.get("model_name", "doc_ranker"))
         rng = np.random.default_rng(SEED)
         self.docs = rng.standard_normal((DOC_COUNT, EMBED_DIM), dtype=np.float32)
         self.w_ctx = rng.standard_normal((CONTEXT_DIM, EMBED_DIM), dtype=np.float32) / 2.0
@@ -49,6 +96,7 @@ class TritonPythonModel:
 
     def execute(self, requests):
         responses = []
+        batch_size = 0
         for request in requests:
             try:
                 query = pb_utils.get_input_tensor_by_name(request, "QUERY").as_numpy()
@@ -60,9 +108,13 @@ class TritonPythonModel:
                         f"DOC_IDS value {bad} is outside [0, {DOC_COUNT - 1}] "
                         f"(the document table has {DOC_COUNT} rows)"
                     )
+                batch_size += ids.shape[0]
                 scores = self._score(query, ids, ctx.astype(np.float32, copy=False))
                 out = pb_utils.Tensor("SCORES", scores)
                 responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
             except Exception as exc:  # one bad request must not fail its batch-mates
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
+        simulated_us = self.gpu_us_per_batch + self.gpu_us_per_item * batch_size
+        if simulated_us > 0:  # the simulated kernel, on the GPU it may share
+            time.sleep(simulated_us / 1e6 / self.gpu.get())
         return responses

@@ -10,7 +10,9 @@ also *sleeps* for a simulated accelerator time (`gpu_time_us_per_batch` +
 `gpu_time_us_per_item` x batch size): like a real GPU kernel, it takes wall
 time without taking the CPU. If `sim_gpu_state` names a JSON file with
 `{"clock_factor": f}` (written by loadkit's simulated GPU), that time is divided
-by f, so simulated throttling really slows the model down. If `slowdown_state`
+by f, so simulated throttling really slows the model down; where the simulated GPU
+is shared with other models, its `{"shares": {"<model>": s}}` is the share of the
+GPU's time the others leave this model, and that time is divided by s too. If `slowdown_state`
 names a JSON file with `{"factor": f}` (written by loadkit's model-slowdown
 fault), that time is multiplied by f: the model itself slows, with no GPU,
 CPU or cgroup signal.
@@ -52,14 +54,15 @@ STATE_REREAD_S = 0.1
 class ClockFactor:
     """Reads a factor from a JSON state file, at most every 100 ms, by mtime.
 
-    The simulated GPU's `{"clock_factor": f}` (0 < f <= 1), or a model-slowdown
-    fault's `{"factor": f}` (f >= 1). A missing, partial or nonsense file means
-    "no slowdown" (1.0): the writer may rewrite the file at any moment.
+    The simulated GPU's `{"clock_factor": f}` (0 < f <= 1), a model-slowdown
+    fault's `{"factor": f}` (f >= 1), or a nested key (a tuple: `("shares", name)`).
+    A missing, partial or nonsense file means "no slowdown" (1.0): the writer may
+    rewrite the file at any moment.
     """
 
     def __init__(self, path, key="clock_factor", low=0.0, high=1.0):
         self.path = path or None
-        self.key = key
+        self.keys = (key,) if isinstance(key, str) else tuple(key)
         self.low, self.high = low, high
         self.factor = 1.0
         self._checked = 0.0
@@ -81,10 +84,17 @@ class ClockFactor:
             return self.factor
         try:
             with open(self.path, encoding="utf-8") as fh:
-                value = float(json.load(fh)[self.key])
-        except (OSError, ValueError, KeyError, TypeError):
+                value = json.load(fh)
+        except (OSError, ValueError):
             return self.factor  # torn write: keep the last good value, retry soon
         self._mtime = mtime
+        try:
+            for key in self.keys:
+                value = value[key]
+            value = float(value)
+        except (KeyError, TypeError, ValueError):
+            self.factor = 1.0  # not in this state (e.g. a GPU of its own): no slowdown
+            return self.factor
         self.factor = value if self.low < value <= self.high else 1.0
         return self.factor
 
@@ -100,6 +110,9 @@ class TritonPythonModel:
         self.gpu_us_per_batch = float(_param(config, "gpu_time_us_per_batch", "2000"))
         self.gpu_us_per_item = float(_param(config, "gpu_time_us_per_item", "250"))
         self.clock = ClockFactor(_param(config, "sim_gpu_state", ""))
+        # The share of the simulated GPU's time other models leave this one (1: its own).
+        name = args.get("model_name", "ranker")
+        self.share = ClockFactor(_param(config, "sim_gpu_state", ""), ("shares", name))
         # The model itself slowing (GC, data-dependent work): no GPU or host signal.
         self.slowdown = ClockFactor(_param(config, "slowdown_state", ""), "factor", 0.999, 100.0)
         rng = np.random.default_rng(SEED)
@@ -143,5 +156,6 @@ class TritonPythonModel:
         # The simulated kernel comes on top of the real numpy work above.
         simulated_us = self.gpu_us_per_batch + self.gpu_us_per_item * batch_size
         if simulated_us > 0:
-            time.sleep(simulated_us / 1e6 / self.clock.get() * self.slowdown.get())
+            stretch = self.slowdown.get() / (self.clock.get() * self.share.get())
+            time.sleep(simulated_us / 1e6 * stretch)
         return responses

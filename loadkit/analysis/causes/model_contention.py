@@ -1,0 +1,155 @@
+"""Another model on the same server: its load takes the accelerator (or the backend's threads).
+
+Models on one Triton share its GPU's SMs (and, on a CPU backend, its threads):
+a burst on a second model makes the analyzed model's compute per batch grow
+with nothing else changing, neither its arrivals nor the GPU's clock. Triton's
+statistics report every model, so the other models' activity per window is on
+the record (`TritonSeries.others`): the signature holds where the analyzed
+model's compute per batch grew while another model's compute time per second
+rose beyond its own baseline's spread. Its series are the server's own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadkit.analysis.causes.base import (
+    Cause,
+    Signals,
+    Signature,
+    assessed,
+    check,
+    compute_inflation,
+    ev,
+    flag,
+    fmt,
+    material,
+    mean,
+    median,
+    need,
+)
+from loadkit.analysis.model import Evidence
+from loadkit.analysis.noise import above_spread
+from loadkit.analysis.telemetry import ModelActivity
+
+CAUSE_MODEL_CONTENTION = "model_contention"
+# The analyzed model's compute per batch at least this much over its baseline at the same
+# batch size (the compute residual's bar: a model slowed by a neighbour shows what one
+# slowed by itself does).
+COMPUTE_INFLATION = 1.3
+# Another model's compute per second rises when it clears its baseline's spread and is
+# this many times its baseline median (`noise.above_spread`) ...
+RISE_FLOOR = 1.5
+# ... and where that model was idle in the baseline (no spread to judge by), when it holds
+# at least this many ms of compute per second (2 % of the accelerator).
+IDLE_BASELINE_BUSY_MS_PER_S = 20.0
+
+
+def rises(busy_ms_per_s: np.ndarray, baseline: np.ndarray) -> np.ndarray:
+    """Per window: a model's compute per second rose above its own baseline (NaN unknown)."""
+    spread = above_spread(busy_ms_per_s, baseline, RISE_FLOOR)
+    if spread is not None:
+        return spread
+    floor = IDLE_BASELINE_BUSY_MS_PER_S
+    return flag(np.nan_to_num(busy_ms_per_s, nan=0.0) >= floor, busy_ms_per_s)
+
+
+def _busiest_riser(
+    others: dict[str, ModelActivity], ep: np.ndarray, base: np.ndarray
+) -> tuple[str, ModelActivity] | None:
+    """The other model whose compute per second rose most in the episodes over its baseline."""
+    best: tuple[float, str, ModelActivity] | None = None
+    for name, act in others.items():
+        rise = (mean(act.compute_ms_per_s, ep) or 0.0) - (median(act.compute_ms_per_s, base) or 0.0)
+        if best is None or rise > best[0]:
+            best = (rise, name, act)
+    return None if best is None else (best[1], best[2])
+
+
+@assessed(CAUSE_MODEL_CONTENTION)
+def signature(sig: Signals, baseline: np.ndarray) -> Signature:
+    tr = need(sig.triton, "no triton_stats data")
+    check(bool(tr.others), "the server's statistics report no other model")
+    inflation = need(
+        compute_inflation(sig, baseline),
+        "fewer than 3 baseline windows with Triton statistics to fit compute per batch",
+    )
+    others = tr.others
+    risen = np.vstack([np.nan_to_num(rises(o.compute_ms_per_s, baseline)) for o in others.values()])
+    busy = np.nansum([o.compute_ms_per_s for o in others.values()], axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        excess_ms = tr.batch_compute_ms - tr.batch_compute_ms / inflation
+    slower = (np.nan_to_num(inflation, nan=0.0) >= COMPUTE_INFLATION) & material(
+        excess_ms, sig.p99_ms, baseline
+    )
+    holds = flag(slower & (risen.max(axis=0) > 0), inflation)
+
+    def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
+        out = [
+            Evidence(
+                "compute_inflation_in_episodes",
+                median(inflation, ep & (holds > 0)),
+                "x",
+                "compute per batch vs baseline at the same batch size",
+            ),
+            Evidence("compute_per_batch_in_episodes", mean(tr.batch_compute_ms, ep), "ms"),
+            Evidence("compute_per_batch_baseline", median(tr.batch_compute_ms, base), "ms"),
+            Evidence("offered_in_episodes", mean(sig.offered_rps, ep), "req/s"),
+            Evidence("offered_baseline", median(sig.offered_rps, base), "req/s"),
+            Evidence("other_models_compute_in_episodes", mean(busy, ep), "ms/s"),
+            Evidence("other_models_compute_baseline", median(busy, base), "ms/s"),
+        ]
+        top = _busiest_riser(others, ep, base)
+        if top is not None:
+            name, act = top
+            out += [
+                Evidence(
+                    "neighbour_rate_in_episodes",
+                    mean(act.inferences_per_s, ep),
+                    "inferences/s",
+                    name,
+                ),
+                Evidence(
+                    "neighbour_rate_baseline",
+                    median(act.inferences_per_s, base),
+                    "inferences/s",
+                    name,
+                ),
+                Evidence(
+                    "neighbour_compute_in_episodes", mean(act.compute_ms_per_s, ep), "ms/s", name
+                ),
+                Evidence(
+                    "neighbour_compute_baseline", median(act.compute_ms_per_s, base), "ms/s", name
+                ),
+            ]
+        return out
+
+    return Signature(CAUSE_MODEL_CONTENTION, holds, busy, evidence)
+
+
+def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
+    who = next((x.note for x in e if x.name == "neighbour_rate_in_episodes"), None)
+    model = f"model {who!r}" if who else "another model"
+    return (
+        f"Compute per batch x{fmt(ev(e, 'compute_inflation_in_episodes'), '', 1)} in {eps} "
+        f"while {model} on the same server ran "
+        f"{fmt(ev(e, 'neighbour_rate_in_episodes'))} inferences/s "
+        f"(baseline {fmt(ev(e, 'neighbour_rate_baseline'))}) and held "
+        f"{fmt(ev(e, 'neighbour_compute_in_episodes'))} ms of compute per second "
+        f"(baseline {fmt(ev(e, 'neighbour_compute_baseline'))}); this model's arrivals "
+        f"{fmt(ev(e, 'offered_in_episodes'))} req/s (baseline {fmt(ev(e, 'offered_baseline'))})."
+    )
+
+
+CAUSE = Cause(
+    id=CAUSE_MODEL_CONTENTION,
+    title="Another model on the same server",
+    action="Keep the models from taking each other's accelerator time: give each model its "
+    "own instance_group (count, GPUs), use Triton's rate limiter (rate_limiter resources) or "
+    "request priorities (dynamic_batching priority_levels), or move the busy model to a "
+    "separate GPU or server.",
+    signature=signature,
+    summary=summary,
+    signal=("telemetry.other_models_compute_ms_per_s", "other models' compute (ms/s)"),
+    fault_events=("neighbour-model",),
+)
