@@ -897,7 +897,16 @@ def headline(
         if n
         else "a standing condition"
     )
-    return f"{state}. {top.title} ({top.confidence}) explains {scope}."
+    made = [f for f in findings if f.consequence_of == top.cause]
+    consequence = "".join(f"; {_failures(f)} as its consequence" for f in made)
+    return f"{state}. {top.title} ({top.confidence}) explains {scope}{consequence}."
+
+
+def _failures(finding: Finding) -> str:
+    """ "37 requests failed (Requests timed out)": an error finding in a few words."""
+    errors = next((e.value for e in finding.evidence if e.name == "errors"), None)
+    count = f"{errors:.0f} requests" if errors is not None else "requests"
+    return f"{count} failed ({finding.title.lower()})"
 
 
 def _overall(

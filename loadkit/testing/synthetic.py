@@ -347,6 +347,12 @@ def simulate(spec: RunSpec) -> Simulated:
             done[i] = sent[i] + 0.0005
         elif window.kind == "timeout":
             done[i] = sent[i] + spec.timeout_s
+    # The client gives up at its timeout: a request not answered by then (caught in a stall
+    # longer than the timeout, or a backlog) fails as a timeout at sent + timeout_s.
+    late = ok & (done - sent > spec.timeout_s)
+    ok[late] = False
+    kinds[late] = "timeout"
+    done[late] = sent[late] + spec.timeout_s
     process = rng.integers(0, spec.processes, n) if spec.processes > 1 else np.zeros(n, int)
     return Simulated(
         intended=intended,
