@@ -122,7 +122,8 @@ def test_a_production_window_names_the_models_own_compute_slowdown_first(tmp_pat
     assert len(top.episodes) >= 4, top.summary
     assert "at the same batch size" in top.summary and "the model itself slows" in top.summary
     values = {e.name: e.value for e in top.evidence}
-    assert values["compute_per_batch_in_episodes"] >= 4 * values["compute_per_batch_baseline"]
+    assert values["compute_inflation_in_episodes"] >= 3.0, values
+    assert values["compute_per_batch_in_episodes"] >= 2 * values["compute_per_batch_baseline"]
     # ... with nothing else said to have moved but what this host shares with other
     # processes (its CPU): a production window has no GPU, quota or arrival series here
     assert "GPU clock, cgroup quota, arrivals not measured" in top.summary, top.summary
