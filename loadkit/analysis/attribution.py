@@ -141,6 +141,11 @@ def quietest_windows(loaded: np.ndarray, latency: np.ndarray | None) -> np.ndarr
     return known & (v <= cut)
 
 
+def quiet_by(sig: Signals) -> np.ndarray:
+    """The latency the quietest windows are read from: the attributed percentile's series."""
+    return sig.primary_ms if sig.primary_ms is not None else sig.p99_ms
+
+
 def loaded_windows(sig: Signals) -> np.ndarray:
     """Windows in which requests completed."""
     return np.nan_to_num(sig.completed, nan=0.0) > 0
@@ -526,7 +531,7 @@ def attribute(
 ) -> Attribution:
     """Test every cause against `episodes`; also tag `all_episodes` whose windows carry a found cause."""
     baseline = baseline_for(
-        sig.n, episodes, all_episodes, sig.starts_ns, loaded_windows(sig), sig.p99_ms
+        sig.n, episodes, all_episodes, sig.starts_ns, loaded_windows(sig), quiet_by(sig)
     )
     findings: list[Finding] = []
     checks: list[CauseCheck] = []
@@ -649,6 +654,7 @@ __all__ = [
     "consequences",
     "error_findings",
     "finding_order",
+    "quiet_by",
     "quietest_windows",
     "rank_findings",
     "reach",

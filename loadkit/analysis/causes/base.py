@@ -126,6 +126,10 @@ class Signals(SourceAccessors):
     max_queue_delay_ms: float | None
     burst_mask: np.ndarray  # windows inside a declared burst phase
     corrected_p50_ms: np.ndarray | None = None
+    # The attributed percentile's latency per window (the series its episodes were found
+    # on: a production window's mean, where a 60 s summary's P99 is flat); the quietest
+    # windows that stand in for a missing baseline are read from it (None: p99_ms).
+    primary_ms: np.ndarray | None = None
     dispatch_lag_ms: np.ndarray | None = None  # worst arrival-scheduler lateness per window
     gaps: CompletionGaps | None = None  # spans with requests in flight and nothing completing
     gpu_count: int | None = None
