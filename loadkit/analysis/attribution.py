@@ -41,6 +41,7 @@ from loadkit.analysis.causes.base import (
     Signals,
     Signature,
     components,
+    confidence,
     error_spans,
     na,
 )
@@ -140,6 +141,11 @@ def quietest_windows(loaded: np.ndarray, latency: np.ndarray | None) -> np.ndarr
     return known & (v <= cut)
 
 
+def quiet_by(sig: Signals) -> np.ndarray:
+    """The latency the quietest windows are read from: the attributed percentile's series."""
+    return sig.primary_ms if sig.primary_ms is not None else sig.p99_ms
+
+
 def loaded_windows(sig: Signals) -> np.ndarray:
     """Windows in which requests completed."""
     return np.nan_to_num(sig.completed, nan=0.0) > 0
@@ -151,30 +157,6 @@ def _episode_windows(e: SpikeEpisode, starts_ns: np.ndarray, lead: int) -> np.nd
     if idx.size:
         mask[max(0, idx[0] - lead) : idx[-1] + 1] = True
     return mask
-
-
-def confidence(
-    coincidence: float, p_value: float | None, delta: float | None, lift: float | None
-) -> str | None:
-    """strong / moderate / weak, or None when the evidence does not support the cause.
-
-    One function of co-occurrence and effect size for every cause. A weak fault
-    holds its signature in baseline windows too (the windows where it did not
-    raise P99 enough to make an episode), so a modest lift with a significant
-    test and a clear effect on the cause's own metric (Cliff's delta of at least
-    EFFECT_MOVED, episodes against baseline) is as good as a large lift.
-    """
-    d = abs(delta) if delta is not None else 0.0
-    p = p_value if p_value is not None else 1.0
-    big_lift = lift is None or lift >= 3.0  # None: never seen in baseline
-    clear_effect = p < 0.05 and d >= EFFECT_MOVED and (lift is None or lift >= 1.5)
-    if coincidence >= 0.8 and p < 0.05 and d >= 0.6 and big_lift:
-        return "strong"
-    if coincidence >= 0.5 and ((p < 0.1 and big_lift) or clear_effect):
-        return "moderate"
-    if coincidence >= 0.3 and (lift is None or lift >= 2.0 or clear_effect):
-        return "weak"
-    return None
 
 
 def signals_for(cause: Cause, sig: Signals) -> Signals | str:
@@ -224,6 +206,7 @@ def score(
         return None, CauseCheck(cause, "not_assessable", signature.not_assessable or ""), []
     holds = signature.holds
     explained: list[str] = []
+    explained_windows: list[np.ndarray] = []  # each explained episode's own windows
     lags: list[float] = []
     ep_union = np.zeros(sig.n, dtype=bool)
     ep_proper = np.zeros(sig.n, dtype=bool)
@@ -243,6 +226,9 @@ def score(
         tested += 1
         if np.nansum(h) > 0:
             explained.append(e.episode_id)
+            explained_windows.append(
+                win if only is not None else _episode_windows(e, sig.starts_ns, 0)
+            )
             first = int(np.nonzero(np.nan_to_num(holds, nan=0) * win)[0][0])
             lags.append((int(sig.starts_ns[first]) - e.start_ns) / 1e9)
     base = baseline & ~np.isnan(holds)
@@ -312,6 +298,8 @@ def score(
     if found is None:
         return None, CauseCheck(cause, "not_found", reason), []
     ev = signature.evidence(ep_union, base) if signature.evidence else []
+    if signature.per_episode is not None:
+        ev += signature.per_episode(explained_windows, base)
     lag = float(np.median(lags)) if lags else None
     finding = _finding(
         signature,
@@ -403,6 +391,11 @@ def rank_findings(findings: Sequence[Finding]) -> list[Finding]:
     that cause and listed after it: a quota that throttled 67 % of periods in the
     spikes explains a compute slowdown in them, at whatever confidence its own
     statistics reach. A residual over other episodes keeps its place.
+
+    Error findings (failed requests) rank by their own confidence like any finding:
+    at the same level before the latency findings, the larger share of the run's
+    requests first. One that is a cause's consequence (`Finding.consequence_of`)
+    comes right after that cause.
     """
     specific = [f for f in findings if BY_ID[f.cause].kind != UNEXPLAINED and f.episodes]
     ranked: list[tuple[Finding, bool]] = []
@@ -417,12 +410,85 @@ def rank_findings(findings: Sequence[Finding]) -> list[Finding]:
         note = f" Ranked after {causes}, whose signature holds in the same spike episodes."
         ranked.append((replace(f, confidence=level, summary=f.summary + note), True))
 
-    def key(item: tuple[Finding, bool]) -> tuple[bool, bool, int, bool, int, float]:
-        f, residual = item
-        weak, standing, rank, n, coincidence = finding_order(f)
-        return (weak, standing, rank, residual, n, coincidence)
+    present = {f.cause for f, _ in ranked}
+    own = [(f, r) for f, r in ranked if f.consequence_of not in present]
+    following = [f for f, _ in ranked if f.consequence_of in present]
+    out: list[Finding] = []
+    for f, _ in sorted(own, key=_rank_key):
+        out.append(f)
+        out += sorted(
+            (c for c in following if c.consequence_of == f.cause),
+            key=lambda c: -_failed_share(c),
+        )
+    return out
 
-    return [f for f, _ in sorted(ranked, key=key)]
+
+def _failed_share(f: Finding) -> float:
+    """An error finding's share of the run's requests failed (0 for a latency finding)."""
+    return next((e.value or 0.0 for e in f.evidence if e.name == "run_failed_pct"), 0.0)
+
+
+def _rank_key(
+    item: tuple[Finding, bool],
+) -> tuple[bool, bool, int, bool, float, bool, int, float]:
+    f, residual = item
+    error = BY_ID[f.cause].kind == ERRORS
+    weak, standing, rank, n, coincidence = finding_order(f)
+    # Failed requests before slow ones at the same level; they explain no spike episodes
+    # and are no standing condition.
+    return (
+        weak,
+        standing and not error,
+        rank,
+        not error,
+        -_failed_share(f),
+        residual,
+        n,
+        coincidence,
+    )
+
+
+# Failed requests of an error class that fall in a cause's windows (one window either side:
+# the error counts are on whole seconds, and a timeout fires its timeout after the request
+# was sent) in at least this share are that cause's consequence.
+CONSEQUENCE_SHARE = 0.5
+
+
+def consequences(
+    failed: Sequence[Finding],
+    findings: Sequence[Finding],
+    holds: dict[str, np.ndarray],
+    sig: Signals,
+    baseline: np.ndarray,
+) -> list[Finding]:
+    """`failed` with each error finding that a found cause's windows hold marked as its consequence.
+
+    A cause lists the error classes it can make (`Cause.consequences`: a stall longer
+    than the client's timeout times requests out). Where most of a class's failed
+    requests fall in the windows where that cause's signature holds, the error
+    finding names it, and `rank_findings` lists it right after the cause: the stall
+    is the finding, the timeouts what it did.
+    """
+    out = []
+    for f in failed:
+        per_window = signature_of(BY_ID[f.cause], sig, baseline).metric
+        total = float(np.nansum(per_window)) if per_window is not None else 0.0
+        for cause in findings:
+            if f.cause not in BY_ID[cause.cause].consequences or cause.cause not in holds:
+                continue
+            assert per_window is not None
+            near = reach(holds[cause.cause])
+            near[:-1] |= near[1:]  # and the window before
+            share = float(np.nansum(per_window[near])) / total if total > 0 else 0.0
+            if share >= CONSEQUENCE_SHARE:
+                note = (
+                    f" A consequence of {cause.title.lower()} ({cause.cause}): {share:.0%} of these "
+                    "failures fell in its windows."
+                )
+                f = replace(f, consequence_of=cause.cause, summary=f.summary + note)
+                break
+        out.append(f)
+    return out
 
 
 # A cause explains the windows where its signature holds and this many after them (the
@@ -465,13 +531,14 @@ def attribute(
 ) -> Attribution:
     """Test every cause against `episodes`; also tag `all_episodes` whose windows carry a found cause."""
     baseline = baseline_for(
-        sig.n, episodes, all_episodes, sig.starts_ns, loaded_windows(sig), sig.p99_ms
+        sig.n, episodes, all_episodes, sig.starts_ns, loaded_windows(sig), quiet_by(sig)
     )
     findings: list[Finding] = []
     checks: list[CauseCheck] = []
     causes_by_episode: dict[str, list[str]] = {}
 
     reached = np.zeros(sig.n, dtype=bool)  # windows the causes found at moderate+ explain
+    found_holds: dict[str, np.ndarray] = {}  # where each found episode cause's signature holds
 
     def run(
         cause_list: Sequence[Cause],
@@ -492,6 +559,7 @@ def attribute(
             findings.append(finding)
             if signature.holds is None or signature.run_level:
                 continue
+            found_holds[signature.cause] = signature.holds
             if finding.episodes and _RANK[finding.confidence] <= _RANK["moderate"]:
                 reached[:] |= reach(signature.holds)
             for e in all_episodes:
@@ -539,17 +607,20 @@ def attribute(
         why = f"the part that grew in the unexplained episodes is {component or 'unknown'}"
     tried = named + (compute if rest else [])
     checks += [CauseCheck(c.id, "not_found", why) for c in fallback if c not in tried]
-    # Failed requests (an outage, rejections, timeouts) come before every latency finding.
+    # Failed requests (an outage, rejections, timeouts), ranked with the latency findings by
+    # their own evidence; those a found stall made are listed as its consequence.
     failed, failed_checks = error_findings(sig, causes)
+    failed = consequences(failed, findings, found_holds, sig, baseline)
     return Attribution(
-        [*failed, *rank_findings(findings)], checks + failed_checks, causes_by_episode
+        rank_findings([*findings, *failed]), checks + failed_checks, causes_by_episode
     )
 
 
 def error_findings(sig: Signals, causes: Sequence[Cause]) -> tuple[list[Finding], list[CauseCheck]]:
     """The findings of every error cause (kind ERRORS) in `causes`, in their order; and their checks.
 
-    Errors are counted, not scored: each cause's `find` reads the run's error counts.
+    Each cause's `find` counts the run's failed requests and rates them by the shared
+    confidence (loadkit/analysis/causes/request_errors.py); `rank_findings` orders them.
     """
     findings: list[Finding] = []
     checks: list[CauseCheck] = []
@@ -580,8 +651,10 @@ __all__ = [
     "baseline_mask",
     "cliffs_delta",
     "confidence",
+    "consequences",
     "error_findings",
     "finding_order",
+    "quiet_by",
     "quietest_windows",
     "rank_findings",
     "reach",

@@ -442,6 +442,9 @@ class Finding:
     summary: str  # one sentence with the key numbers
     action: str  # recommended action
     aligned: AlignedSignal | None = None  # the cause's signal around its episodes
+    # An error finding whose failures fell in a found cause's windows (a stall's
+    # timeouts): that cause's id; it is listed right after it (None: on its own).
+    consequence_of: str | None = None
 
 
 @dataclass(frozen=True)

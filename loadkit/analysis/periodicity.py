@@ -69,7 +69,10 @@ def fold_episodes(starts_s: np.ndarray, period_s: float) -> tuple[float, float, 
     """Rayleigh R, p-value and circular jitter (s) of start times folded on a period."""
     phases = 2 * np.pi * (starts_s % period_s) / period_s
     r, p = rayleigh_test(phases)
-    jitter = math.sqrt(-2 * math.log(r)) * period_s / (2 * math.pi) if r > 0 else float("inf")
+    # r rounds to just above 1 for onsets exactly one period apart: no jitter, not a NaN.
+    jitter = (
+        math.sqrt(-2 * math.log(min(r, 1.0))) * period_s / (2 * math.pi) if r > 0 else float("inf")
+    )
     return r, p, jitter
 
 

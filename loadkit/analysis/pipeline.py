@@ -37,6 +37,7 @@ from loadkit.analysis.model import (
     CapacityResult,
     Finding,
     LatencyBreakdown,
+    LatencyWindows,
     OverallStats,
     Periodicity,
     PhaseMark,
@@ -605,6 +606,12 @@ def _with_mean(
     return primary
 
 
+def _primary_series(latency: LatencyWindows, primary: str, n: int) -> np.ndarray | None:
+    """The attributed percentile's latency per window (a production window's mean), or None."""
+    values = latency.mean_ms if primary == "mean" else latency.percentile(primary)
+    return _array(values) if values and len(values) == n else None
+
+
 def attribute(aligned: Aligned, detected: Detected) -> Attributed:
     """Test every cause against the primary percentile's episodes; break latency into parts."""
     grid, window_s = aligned.grid, aligned.window_s
@@ -628,6 +635,7 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
         max_queue_delay_ms=aligned.max_queue_delay_ms,
         burst_mask=burst_mask,
         corrected_p50_ms=_array(latency.p50_ms),
+        primary_ms=_primary_series(latency, detected.primary, grid.n),
         dispatch_lag_ms=load.dispatch_lag_max_ms if load is not None else None,
         gaps=aligned.gaps,
         error_counts=causes.error_counts(
@@ -651,7 +659,7 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
         episodes,
         grid.starts_ns,
         attr.loaded_windows(signals),
-        signals.p99_ms,
+        attr.quiet_by(signals),
     )
     latency_breakdown, parts = breakdown(signals, base)
     grew = label_episodes(episodes, parts, grid.starts_ns, base)
@@ -904,7 +912,16 @@ def headline(
         if n
         else "a standing condition"
     )
-    return f"{state}. {top.title} ({top.confidence}) explains {scope}."
+    made = [f for f in findings if f.consequence_of == top.cause]
+    consequence = "".join(f"; {_failures(f)} as its consequence" for f in made)
+    return f"{state}. {top.title} ({top.confidence}) explains {scope}{consequence}."
+
+
+def _failures(finding: Finding) -> str:
+    """ "37 requests failed (Requests timed out)": an error finding in a few words."""
+    errors = next((e.value for e in finding.evidence if e.name == "errors"), None)
+    count = f"{errors:.0f} requests" if errors is not None else "requests"
+    return f"{count} failed ({finding.title.lower()})"
 
 
 def _overall(

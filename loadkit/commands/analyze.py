@@ -59,8 +59,17 @@ def _ms(value: float | None) -> str:
 
 def _evidence_line(finding: Finding) -> str:
     if causes.is_error(finding.cause):
-        n = int(next((e.value for e in finding.evidence if e.name == "episodes"), 0) or 0)
-        return f"{n} error episode{'s' if n != 1 else ''}, {finding.coincidence:.0%} of the run"
+        values = {e.name: e.value for e in finding.evidence}
+        n = int(values.get("episodes") or 0)
+        line = f"{n} error episode{'s' if n != 1 else ''}, {finding.coincidence:.0%} of the run"
+        failed, outside = values.get("failed_pct"), values.get("failed_outside_pct")
+        if failed is not None and outside is not None:
+            line += f", {failed:.0f}% of their requests failed vs {outside:.1f}% outside them"
+        if finding.p_value is not None:
+            line += f", p={finding.p_value:.2g}"
+        if finding.consequence_of is not None:
+            line += f", a consequence of {finding.consequence_of}"
+        return line
     stats = (
         [f"{len(finding.episodes)}/{finding.episodes_total} episodes"] if finding.episodes else []
     )

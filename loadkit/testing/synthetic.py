@@ -112,6 +112,9 @@ class RunSpec:
     # its cores stay idle, the server is untouched.
     client_quotas: tuple[FaultWindow, ...] = ()
     churns: tuple[FaultWindow, ...] = ()  # strength: probability a request opens a connection
+    # A slow path between client and server (a proxy, a congested link): strength = extra ms
+    # of a request's round trip, half on the way there and half back; no host signal.
+    network_delays: tuple[FaultWindow, ...] = ()
     stalls: tuple[FaultWindow, ...] = ()  # server process stopped (SIGSTOP)
     # the model itself slows (GC, data-dependent work): compute x strength, no telemetry signal
     model_slowdowns: tuple[FaultWindow, ...] = ()
@@ -272,7 +275,12 @@ def simulate(spec: RunSpec) -> Simulated:
             conn_new[i] = True
             handshake[i] = rng.uniform(0.004, 0.012)  # TCP + HTTP/2 setup, first request slow
     sent = intended + client_extra * 0.5
-    at_server = sent + 0.0002 + handshake
+    path = np.zeros(n)
+    for i, t in enumerate(intended):
+        slow_path = _in_any(t, spec.network_delays)
+        if slow_path:
+            path[i] = slow_path.strength / 1000.0 * float(rng.uniform(0.8, 1.2))
+    at_server = sent + 0.0002 + handshake + path / 2
     order = np.argsort(at_server, kind="stable")
     arr = at_server[order].tolist()
     delay = spec.max_queue_delay_us / 1e6
@@ -341,7 +349,7 @@ def simulate(spec: RunSpec) -> Simulated:
         b_compute.append(end - t_start - io)
         b_io.append(io)
         t = end
-    done = server_done + 0.0003 + client_extra * 0.5 + rng.exponential(0.0002, n)
+    done = server_done + 0.0003 + client_extra * 0.5 + path / 2 + rng.exponential(0.0002, n)
     ok = rng.random(n) >= spec.error_rate
     kinds = np.full(n, "http_503", dtype=object)
     for i, t in enumerate(intended):
@@ -354,6 +362,12 @@ def simulate(spec: RunSpec) -> Simulated:
             done[i] = sent[i] + 0.0005
         elif window.kind == "timeout":
             done[i] = sent[i] + spec.timeout_s
+    # The client gives up at its timeout: a request not answered by then (caught in a stall
+    # longer than the timeout, or a backlog) fails as a timeout at sent + timeout_s.
+    late = ok & (done - sent > spec.timeout_s)
+    ok[late] = False
+    kinds[late] = "timeout"
+    done[late] = sent[late] + spec.timeout_s
     process = rng.integers(0, spec.processes, n) if spec.processes > 1 else np.zeros(n, int)
     return Simulated(
         intended=intended,

@@ -12,20 +12,14 @@ test's own run directory.
 from __future__ import annotations
 
 import json
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from loadkit import lifeline
 from loadkit.analysis.periodicity import run_period
 from loadkit.analysis.pipeline import DEFAULT_WARMUP_S, analyze_run
 from loadkit.cli import main
@@ -33,49 +27,13 @@ from loadkit.faults.model_slowdown import ModelSlowdown
 from loadkit.faults.schedule import FaultSchedule
 from loadkit.rundir import load_run
 from loadkit.target.server import EmbeddedTriton
+from tests.integration.prometheus_server import free_port, needs_prometheus, running_prometheus
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 PERIOD_S = 5.0
 LOAD_S = 60.0
-
-PROMETHEUS = shutil.which("prometheus")
-NODE_EXPORTER = shutil.which("prometheus-node-exporter")
-needs_prometheus = pytest.mark.skipif(
-    PROMETHEUS is None or NODE_EXPORTER is None,
-    reason="Debian's prometheus and prometheus-node-exporter are not installed "
-    "(scripts/setup.sh --with-prometheus installs them as root)",
-)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_ok(url: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1.0) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} did not answer within {timeout_s} s")
-
-
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 @pytest.fixture
@@ -92,42 +50,8 @@ def slow_triton(tmp_path: Path) -> Iterator[tuple[EmbeddedTriton, Path]]:
 @pytest.fixture
 def prometheus(tmp_path: Path, slow_triton: tuple[EmbeddedTriton, Path]) -> Iterator[str]:
     triton, _ = slow_triton
-    node_port, prom_port = _free_port(), _free_port()
-    node_log = (tmp_path / "node.log").open("wb")
-    prom_log = (tmp_path / "prometheus.log").open("wb")
-    node = lifeline.popen(
-        [str(NODE_EXPORTER), f"--web.listen-address=127.0.0.1:{node_port}"],
-        stdout=subprocess.DEVNULL,
-        stderr=node_log,
-    )
-    triton_target = triton.metrics_url.removeprefix("http://").removesuffix("/metrics")
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        f"  - job_name: triton\n    static_configs: [{{targets: ['{triton_target}']}}]\n"
-        f"  - job_name: node\n    static_configs: [{{targets: ['127.0.0.1:{node_port}']}}]\n"
-        f"  - job_name: prometheus\n    static_configs: [{{targets: ['127.0.0.1:{prom_port}']}}]\n"
-    )
-    prom = lifeline.popen(
-        [
-            str(PROMETHEUS),
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=prom_log,
-    )
-    try:
-        url = f"http://127.0.0.1:{prom_port}"
-        _wait_ok(f"{url}/-/ready")
+    with running_prometheus(tmp_path, triton.metrics_url) as url:
         yield url
-    finally:
-        _stop(prom)
-        _stop(node)
-        prom_log.close()
-        node_log.close()
 
 
 def _loadkit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -227,7 +151,7 @@ def test_prometheus_window_finds_the_spikes_and_the_load_tests_period(
 @needs_prometheus
 def test_unreachable_prometheus_is_one_line_exit_3(tmp_path: Path) -> None:
     proc = _loadkit(
-        "import", "--prometheus", f"http://127.0.0.1:{_free_port()}", "--window", "1h",
+        "import", "--prometheus", f"http://127.0.0.1:{free_port()}", "--window", "1h",
         "--out", str(tmp_path),
     )  # fmt: skip
     assert proc.returncode == 3

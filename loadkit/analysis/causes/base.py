@@ -21,7 +21,7 @@ from scipy import stats
 from loadkit.analysis.align import make_grid
 from loadkit.analysis.gaps import CompletionGaps
 from loadkit.analysis.model import Evidence, Finding, SeriesPlace
-from loadkit.analysis.noise import above_spread
+from loadkit.analysis.noise import EFFECT_MOVED, above_spread
 from loadkit.analysis.places import CLIENT_SIDE, SERVER_SIDE, sources_at
 from loadkit.analysis.sources import SourceAccessors
 from loadkit.analysis.telemetry import HostSeries, RequestSampleSeries, align_load
@@ -127,6 +127,10 @@ class Signals(SourceAccessors):
     max_queue_delay_ms: float | None
     burst_mask: np.ndarray  # windows inside a declared burst phase
     corrected_p50_ms: np.ndarray | None = None
+    # The attributed percentile's latency per window (the series its episodes were found
+    # on: a production window's mean, where a 60 s summary's P99 is flat); the quietest
+    # windows that stand in for a missing baseline are read from it (None: p99_ms).
+    primary_ms: np.ndarray | None = None
     dispatch_lag_ms: np.ndarray | None = None  # worst arrival-scheduler lateness per window
     gaps: CompletionGaps | None = None  # spans with requests in flight and nothing completing
     gpu_count: int | None = None
@@ -171,6 +175,9 @@ class Signature:
     notes: list[str] = field(default_factory=list)
     # The highest confidence the data allow (e.g. "weak" when a capacity is unknown).
     max_confidence: str | None = None
+    # Evidence judged episode by episode: given the windows each explained episode was
+    # tested on, and the baseline (the residual's "no change in X" per episode).
+    per_episode: Callable[[list[np.ndarray], np.ndarray], list[Evidence]] | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +235,11 @@ class Cause:
     # A cause of the load machine itself reads the load machine's telemetry instead of the
     # server's, and is not assessable without one of these from there (NO_CLIENT_TELEMETRY).
     client_series: tuple[str, ...] = ()
+    # Error causes (kind ERRORS) whose failed requests, where they fall in its windows, are
+    # its consequence: a stall longer than the client's timeout times requests out. Such an
+    # error finding is listed right after this cause's finding and says so
+    # (`attribution.consequences`).
+    consequences: tuple[str, ...] = ()
 
     @property
     def side(self) -> str:
@@ -244,6 +256,34 @@ NO_CLIENT_TELEMETRY = (
     "not assessable: no host telemetry from a load machine (the host series are the server's "
     "or of unknown place)"
 )
+
+
+# --- the shared confidence ------------------------------------------------------------
+
+
+def confidence(
+    coincidence: float, p_value: float | None, delta: float | None, lift: float | None
+) -> str | None:
+    """strong / moderate / weak, or None when the evidence does not support the cause.
+
+    One function of co-occurrence and effect size for every cause (attribution's
+    scoring, and the error causes' rating of their failed requests). A weak fault
+    holds its signature in baseline windows too (the windows where it did not
+    raise P99 enough to make an episode), so a modest lift with a significant
+    test and a clear effect on the cause's own metric (Cliff's delta of at least
+    EFFECT_MOVED, episodes against baseline) is as good as a large lift.
+    """
+    d = abs(delta) if delta is not None else 0.0
+    p = p_value if p_value is not None else 1.0
+    big_lift = lift is None or lift >= 3.0  # None: never seen in baseline
+    clear_effect = p < 0.05 and d >= EFFECT_MOVED and (lift is None or lift >= 1.5)
+    if coincidence >= 0.8 and p < 0.05 and d >= 0.6 and big_lift:
+        return "strong"
+    if coincidence >= 0.5 and ((p < 0.1 and big_lift) or clear_effect):
+        return "moderate"
+    if coincidence >= 0.3 and (lift is None or lift >= 2.0 or clear_effect):
+        return "weak"
+    return None
 
 
 # --- helpers ------------------------------------------------------------------------

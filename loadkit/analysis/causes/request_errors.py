@@ -23,8 +23,16 @@ above HALF). Failing windows less than MERGE_GAP_WINDOWS apart are one episode
 (windows in between where nothing completed belong to it). The target "came
 back" when a window after the episode has successful answers.
 
-Errors are counted, not inferred: a finding here is always "strong", and it
-comes before every latency finding (attribution puts it first).
+Errors are counted, and a finding earns its confidence from the evidence like
+any cause (`error_statistics`, the shared `confidence`): the share of the
+episodes' requests that failed with the class, against its share in the rest of
+the run (lift, Fisher's test over requests, Cliff's delta of the per-second
+share). A found class is never below weak: a failed request is a fact. Where
+the episodes fill the whole run there is nothing to compare against, and the
+share alone rates it. Attribution ranks the findings among the latency findings
+by that confidence (failed requests before slow ones at the same level, by the
+share of the run's requests that failed), and lists errors that fell in a stall's
+windows right after the stall, as its consequence.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from loadkit.analysis.causes.base import (
     ERRORS,
@@ -43,11 +52,13 @@ from loadkit.analysis.causes.base import (
     Signature,
     SignatureFn,
     SummaryFn,
+    confidence,
     error_spans,
     fmt,
     na,
 )
 from loadkit.analysis.model import Evidence, Finding
+from loadkit.analysis.noise import cliffs_delta
 
 CAUSE_UNREACHABLE = "target_unreachable"
 CAUSE_REJECTING = "server_rejecting"
@@ -151,6 +162,61 @@ def find_episodes(
         back = int(last + 1 + later[0]) if later.size else None
         out.append(ErrorEpisode(cause, first, last, count, int(completed[sl].sum()), kinds, back))
     return out, base
+
+
+@dataclass(frozen=True)
+class ErrorStatistics:
+    """How concentrated a class's failures are in its episodes (the shared scoring's inputs)."""
+
+    share_in: float  # of the episodes' completions, failed with the class
+    share_out: float  # of the other seconds' completions (0 where none)
+    lift: float | None  # share_in / share_out (None: none failed outside)
+    p_value: float | None  # Fisher's exact test over requests (None: nothing outside)
+    delta: float | None  # Cliff's delta of the per-second share, episodes against the rest
+    run_share: float  # of the run's completions, failed with the class in its episodes
+    outside: int  # completions outside the episodes
+
+    @property
+    def confidence(self) -> str:
+        """The shared function's level; never below weak (a failed request is a fact)."""
+        if self.outside == 0:  # the whole run: nothing to compare with, the share alone
+            level = confidence(self.share_in, 0.0, 1.0, None)
+        else:
+            level = confidence(self.share_in, self.p_value, self.delta, self.lift)
+        return level or "weak"
+
+
+def error_statistics(
+    failed: np.ndarray, completed: np.ndarray, episodes: list[ErrorEpisode]
+) -> ErrorStatistics:
+    """The class's failures in its episodes against the rest of the run, per request and second."""
+    inside = np.zeros(len(completed), dtype=bool)
+    for e in episodes:
+        inside[e.first : e.last + 1] = True
+    busy = completed > 0
+    f_in, n_in = float(failed[inside].sum()), float(completed[inside].sum())
+    f_out, n_out = float(failed[~inside].sum()), float(completed[~inside].sum())
+    share_in = f_in / n_in if n_in else 0.0
+    share_out = f_out / n_out if n_out else 0.0
+    p_value = delta = None
+    if n_out > 0:
+        _, p = stats.fisher_exact(
+            [[f_in, n_in - f_in], [f_out, n_out - f_out]], alternative="greater"
+        )
+        p_value = float(p)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_second = np.where(busy, failed / completed, np.nan)
+        delta = cliffs_delta(per_second[inside], per_second[~inside])
+    total = float(completed.sum())
+    return ErrorStatistics(
+        share_in=share_in,
+        share_out=share_out,
+        lift=share_in / share_out if share_out > 0 else None,
+        p_value=p_value,
+        delta=delta,
+        run_share=f_in / total if total else 0.0,
+        outside=int(n_out),
+    )
 
 
 def _evidence(
@@ -298,17 +364,23 @@ def finding_of(
     this = BY_CAUSE[cause]
     evidence = _evidence(counts, cause, episodes, base, max_queue_size, timeout_s)
     share = _get(evidence, "run_share") or 0.0
+    completed = np.nan_to_num(np.asarray(counts.completed, dtype=float))
+    rated = error_statistics(class_errors(counts.kinds, cause, counts.n), completed, episodes)
+    evidence += [
+        Evidence("failed_outside_pct", 100.0 * rated.share_out, "%", "outside its episodes"),
+        Evidence("run_failed_pct", 100.0 * rated.run_share, "%", "of the run's requests"),
+    ]
     return Finding(
         cause=cause,
         title=this.title,
-        confidence="strong",  # counted, not inferred
+        confidence=rated.confidence,
         episodes=(),
         episodes_total=0,
         coincidence=share,
-        baseline_rate=base,
-        lift=None,
-        p_value=None,
-        cliffs_delta=None,
+        baseline_rate=rated.share_out,
+        lift=rated.lift,
+        p_value=rated.p_value,
+        cliffs_delta=rated.delta,
         lag_s=None,
         evidence=tuple(evidence),
         summary=this.summary(evidence, "", share),

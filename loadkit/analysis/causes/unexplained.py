@@ -10,6 +10,8 @@ size". Attribution scores these only on the episodes no other found cause explai
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loadkit.analysis.causes.base import (
@@ -32,7 +34,7 @@ from loadkit.analysis.causes.base import (
     na,
 )
 from loadkit.analysis.model import Evidence
-from loadkit.analysis.noise import EFFECT_MOVED, moved
+from loadkit.analysis.noise import EFFECT_MOVED, MAD_TO_SIGMA, SPREAD_SIGMAS, moved
 
 COMPUTE_INFLATION = 1.3  # compute per batch this much over baseline at the same batch size
 GROWTH_RATIO = 2.0  # other parts: at least 2x their baseline ...
@@ -57,6 +59,35 @@ _CONTEXT = (
 )
 # Said only where measured: a server with one model has no other models' load to deny.
 _SILENT_WHEN_UNKNOWN = frozenset({"other_models_compute"})
+# Series that count as a name's too: "CPU" is the host's mean busy %, its share of busy
+# cores and the server's run delay (a neighbour on some cores shows in the last two only).
+_ALSO = {"cpu_mean": ("cpu_busy_cores", "cpu_run_delay")}
+# A signal moved in one episode when at least this share of the episode's windows lie
+# beyond its baseline's spread (median +- SPREAD_SIGMAS robust sigmas, the sigma at least
+# SPREAD_FLOOR of the median): a quota that binds in half of a spike's windows moved there,
+# while three windows of a noisy series reach a Cliff's delta of 0.33 by chance about one
+# time in three.
+EPISODE_MOVED_SHARE = 0.5
+SPREAD_FLOOR = 0.05
+
+
+def _beyond_spread(values: np.ndarray, baseline: np.ndarray) -> np.ndarray | None:
+    """Per window: 1 beyond the baseline's spread (either side), 0 within, NaN unknown."""
+    ref = values[baseline]
+    ref = ref[~np.isnan(ref)]
+    if ref.size < 3:
+        return None
+    med = float(np.median(ref))
+    sigma = max(MAD_TO_SIGMA * float(np.median(np.abs(ref - med))), SPREAD_FLOOR * abs(med))
+    return flag(np.abs(np.nan_to_num(values, nan=med) - med) > SPREAD_SIGMAS * sigma, values)
+
+
+def _moved_in(beyond: np.ndarray | None, episode: np.ndarray) -> bool:
+    if beyond is None:
+        return False
+    seen = beyond[episode]
+    seen = seen[~np.isnan(seen)]
+    return bool(seen.size) and float(seen.mean()) >= EPISODE_MOVED_SHARE
 
 
 def _context_series(sig: Signals) -> dict[str, tuple[np.ndarray, str]]:
@@ -65,6 +96,12 @@ def _context_series(sig: Signals) -> dict[str, tuple[np.ndarray, str]]:
         out["gpu_clock_ratio"] = (sig.gpu.clock_ratio_busy, "x max")
     if sig.host is not None:
         out["cpu_mean"] = (sig.host.cpu_mean_pct, "%")
+        busy = busy_cores(sig)
+        if busy is not None and sig.host.has_per_core:
+            out["cpu_busy_cores"] = (busy, "share of cores at >= 95%")
+        delay = sig.host.server_run_delay_ms_per_s
+        if delay is not None and not np.all(np.isnan(delay)):
+            out["cpu_run_delay"] = (delay, "ms/s")
         if sig.host.has_cgroup:
             out["cgroup_throttled"] = (sig.host.cgroup_throttled_pct, "% of periods")
     if sig.triton is not None:
@@ -76,6 +113,36 @@ def _context_series(sig: Signals) -> dict[str, tuple[np.ndarray, str]]:
         busy = np.nansum([o.compute_ms_per_s for o in sig.triton.others.values()], axis=0)
         out["other_models_compute"] = (busy, "ms/s")
     return out
+
+
+def _per_episode(sig: Signals) -> Callable[[list[np.ndarray], np.ndarray], list[Evidence]]:
+    """Each context signal judged episode by episode: in how many of them it moved.
+
+    Pooled over all episodes, a quota that fired in 2 of 6 reads "no change"; each
+    episode's own windows against the baseline windows say where it moved.
+    """
+
+    def evidence(episodes: list[np.ndarray], base: np.ndarray) -> list[Evidence]:
+        series = _context_series(sig)
+        out = [Evidence("episodes_judged", float(len(episodes)), "episodes")]
+        for _, prefix in _CONTEXT:
+            parts = [p for p in (prefix, *_ALSO.get(prefix, ())) if p in series]
+            if not parts:
+                continue
+            beyond = [_beyond_spread(series[p][0], base) for p in parts]
+            hits = sum(any(_moved_in(b, ep) for b in beyond) for ep in episodes)
+            out.append(
+                Evidence(
+                    f"{prefix}_moved_episodes",
+                    float(hits),
+                    "episodes",
+                    f"of {len(episodes)}: {', '.join(parts)} beyond the baseline's spread in "
+                    f">= {EPISODE_MOVED_SHARE:.0%} of the episode's windows",
+                )
+            )
+        return out
+
+    return evidence
 
 
 def _context(sig: Signals, ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
@@ -100,22 +167,36 @@ def _context(sig: Signals, ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
     return out
 
 
-def _unchanged(e: list[Evidence]) -> str:
-    """ "no change in GPU clock, arrivals; CPU moved too" from the context evidence."""
+def _unchanged(e: list[Evidence], controlled: tuple[str, ...] = ()) -> str:
+    """ "no change in GPU clock, arrivals (moved too: cgroup quota in 2/6 episodes)".
+
+    Judged episode by episode where the evidence has it (`_per_episode`); a signal
+    that moved over all the episodes pooled but in none alone still moved. "CPU"
+    moved when the host's CPU, its busy cores or the server's run delay did.
+    `controlled`: names the finding already holds fixed (the compute residual compares
+    at the same batch size: batches that grow behind a slower model are no other change).
+    """
+    judged = ev(e, "episodes_judged")
     same, changed, unknown = [], [], []
     for name, prefix in _CONTEXT:
-        delta = ev(e, f"{prefix}_moved")
-        if delta is None and prefix in _SILENT_WHEN_UNKNOWN:
+        if name in controlled:
             continue
-        if delta is None:
+        deltas = [ev(e, f"{p}_moved") for p in (prefix, *_ALSO.get(prefix, ()))]
+        known = [d for d in deltas if d is not None]
+        hits = ev(e, f"{prefix}_moved_episodes")
+        if not known and prefix in _SILENT_WHEN_UNKNOWN:
+            continue
+        if not known:
             unknown.append(name)
-        elif abs(delta) < EFFECT_MOVED:
-            same.append(name)
-        else:
+        elif hits:
+            changed.append(f"{name} in {hits:.0f}/{judged:.0f} episodes")
+        elif any(abs(d) >= EFFECT_MOVED for d in known):
             changed.append(name)
+        else:
+            same.append(name)
     text = f"no change in {', '.join(same)}" if same else "other signals changed too"
-    if same and changed:
-        text += f" ({', '.join(changed)} moved too)"
+    if changed:
+        text += f" (moved{' too' if same else ''}: {', '.join(changed)})"
     if unknown:
         text += f" ({', '.join(unknown)} not measured)"
     return text
@@ -180,10 +261,20 @@ def compute_signature(sig: Signals, baseline: np.ndarray) -> Signature:
             *_context(sig, ep, base),
         ]
 
-    return Signature(CAUSE_COMPUTE, holds, inflation, evidence, notes=notes, max_confidence=cap)
+    return Signature(
+        CAUSE_COMPUTE,
+        holds,
+        inflation,
+        evidence,
+        notes=notes,
+        max_confidence=cap,
+        per_episode=_per_episode(sig),
+    )
 
 
-def _component_signature(cause: str, part: str, ratio: float) -> SignatureFn:
+def _component_signature(
+    cause: str, part: str, ratio: float, cap: str | None = "weak"
+) -> SignatureFn:
     def signature(sig: Signals, baseline: np.ndarray) -> Signature:
         parts = components(sig)
         if part not in parts:
@@ -207,10 +298,12 @@ def _component_signature(cause: str, part: str, ratio: float) -> SignatureFn:
                 *_context(sig, ep, base_mask),
             ]
 
-        # Queue, client and service times also grow from ordinary queueing noise
-        # near capacity; compute per batch at the same batch size does not. So
-        # these stay a weak lead, the compute slowdown can be more.
-        return Signature(cause, holds, values, evidence, max_confidence="weak")
+        # Queue, generator lag and service times also grow from ordinary queueing noise
+        # near capacity; compute per batch at the same batch size does not, nor does the
+        # time outside the server (`cap`): those earn their confidence like any cause.
+        return Signature(
+            cause, holds, values, evidence, max_confidence=cap, per_episode=_per_episode(sig)
+        )
 
     return signature
 
@@ -218,14 +311,16 @@ def _component_signature(cause: str, part: str, ratio: float) -> SignatureFn:
 def _summary(what: str, where: str) -> SummaryFn:
     def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
         inflation = ev(e, "compute_inflation_in_episodes")
+        controlled: tuple[str, ...] = ()
         if inflation is not None:
-            grew = f"compute per batch x{fmt(inflation, '', 1)}"
+            grew = f"compute per batch x{fmt(inflation, '', 1)} at the same batch size"
+            controlled = ("batch size",)
         else:
             grew = (
                 f"{what} {fmt(ev(e, 'component_in_episodes'), ' ms', 1)} vs "
                 f"{fmt(ev(e, 'component_baseline'), ' ms', 1)} baseline"
             )
-        return f"{grew} in {eps}, with {_unchanged(e)}; {where}."
+        return f"{grew} in {eps}, with {_unchanged(e, controlled)}; {where}."
 
     return summary
 
@@ -254,14 +349,18 @@ def _component_cause(
     ratio: float = GROWTH_RATIO,
     signal: tuple[str, str] | None = None,
     fault_events: tuple[str, ...] = (),
+    cap: str | None = "weak",
 ) -> Cause:
-    """The fallback cause naming one latency component (`part`) that grew; `grew`: (what, where)."""
+    """The fallback cause naming one latency component (`part`) that grew; `grew`: (what, where).
+
+    `cap`: the highest confidence it may reach (None: as its evidence earns).
+    """
     return Cause(
         id=cause,
         component=part,
         title=title,
         action=action,
-        signature=_component_signature(cause, part, ratio),
+        signature=_component_signature(cause, part, ratio, cap),
         summary=_summary(*grew),
         signal=signal,
         kind=UNEXPLAINED,
@@ -287,6 +386,10 @@ CLIENT_NETWORK = _component_cause(
     "host (CPU, GC pauses), the network path and load balancers, and connection setup.",
     ("client + network time", "the time goes outside the server"),
     fault_events=("slow-path",),
+    # A localisation with evidence, not a shrug: the time outside the server does not
+    # grow from the server's own queueing, so it earns its confidence like any cause
+    # (and ranks after a specific cause of the same episodes, `rank_findings`).
+    cap=None,
 )
 GENERATOR = _component_cause(
     CAUSE_GENERATOR,

@@ -100,11 +100,13 @@ def test_the_residual_never_says_no_change_in_a_signal_that_moved(analyze_spec):
     a = analyze_spec(_quota_spec(), "quota-two-strengths")
     (residual,) = [f for f in a.findings if f.cause == "unexplained_compute_slowdown"]
     delta = {e.name: e.value for e in residual.evidence if e.name.endswith("_moved")}
+    # (batch size is held fixed: compute per batch is compared at the same batch size)
     moved = [
         name
         for name, prefix in _CONTEXT
-        if abs(delta.get(f"{prefix}_moved") or 0.0) >= EFFECT_MOVED
+        if abs(delta.get(f"{prefix}_moved") or 0.0) >= EFFECT_MOVED and name != "batch size"
     ]
+    assert "at the same batch size" in residual.summary, residual.summary
     # THEN the quota's throttled periods moved in the spikes, and the text says every signal
     # that moved moved, none of them "no change"
     assert "cgroup quota" in moved, delta
