@@ -28,10 +28,13 @@ INTEGRATION = Path(__file__).parent / "integration"
 SLOWEST_FIRST = (
     "test_capacity",
     "test_own_model",
+    "test_tune",
+    "test_remote_server",
     "test_sweep",
     "test_load_generation",
     "test_fault_matrix",
     "test_prometheus_import",
+    "test_production_compute_slowdown",
     "test_distributed",
 )
 

@@ -103,7 +103,7 @@ def test_the_residual_does_not_deny_another_models_burst():
     s = compute_signature(sig, _baseline())
     assert s.evidence is not None
     text = COMPUTE.summary(s.evidence(~_baseline(), _baseline()), "5/5 spike episodes", None)
-    assert "other models' load moved too" in text, text
+    assert "moved too: other models' load" in text, text
     # ... and on a server with one model it says nothing about other models
     assert sig.triton is not None
     sig.triton.others = {}
