@@ -30,7 +30,7 @@ from loadkit.analysis.places import SERVER_SIDE, sampled_at, series_places, sour
 from loadkit.placement import this_hostname
 from loadkit.rundir import load_run
 from loadkit.target.server import EmbeddedTriton
-from tests.integration.test_prometheus_import import _stop
+from tests.integration.prometheus_server import stop
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +68,7 @@ def agent(triton: EmbeddedTriton, tmp_path: Path) -> Iterator[tuple[str, int]]:
     try:
         yield _read_url(proc), proc.pid
     finally:
-        _stop(proc)
+        stop(proc)
         log.close()
 
 
@@ -151,7 +151,7 @@ def test_a_killed_run_leaves_no_process_and_the_agent_serves_on(
         _, alive = psutil.wait_procs(started, timeout=15)
         assert not alive, [p.info if hasattr(p, "info") else p.pid for p in alive]
     finally:
-        _stop(run)
+        stop(run)
         log.close()
     # AND the agent, which the run did not start, still serves, and said nothing of it
     assert _serves(url)

@@ -21,7 +21,7 @@ import pytest
 from loadkit import lifeline
 from loadkit.rundir import load_run
 from loadkit.target.server import EmbeddedTriton
-from tests.integration.test_prometheus_import import _free_port, _stop, _wait_ok
+from tests.integration.prometheus_server import free_port, stop, wait_ok
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,7 @@ NODE_EXPORTER = shutil.which("prometheus-node-exporter")
 def node_exporter(tmp_path: Path) -> Iterator[str]:
     if NODE_EXPORTER is None:
         pytest.skip("Debian's prometheus-node-exporter is not installed (scripts/setup.sh)")
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "node.log").open("wb")
     proc = lifeline.popen(
         [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}"],
@@ -42,10 +42,10 @@ def node_exporter(tmp_path: Path) -> Iterator[str]:
     )
     try:
         url = f"http://127.0.0.1:{port}/metrics"
-        _wait_ok(url)
+        wait_ok(url)
         yield url
     finally:
-        _stop(proc)
+        stop(proc)
         log.close()
 
 
