@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -230,12 +232,25 @@ def prometheus(remote: RemoteTriton, node_exporter: str, tmp_path: Path) -> Iter
     )  # fmt: skip
     url = host.url(PROM_PORT)
     wait_ready(f"{url}/-/ready", proc=proc)
+    _until_scraped(url, 'count_over_time(up{job="node"}[1m]) >= 3')
     try:
         yield url
     finally:
         host.started.remove(proc)
         stop(proc)
         log.close()
+
+
+def _until_scraped(url: str, query: str, timeout_s: float = 30.0) -> None:
+    """Until Prometheus answers `query` with a sample: it has rates to give from the start."""
+    deadline = time.monotonic() + timeout_s
+    ask = f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(ask, timeout=5) as answer:
+            if json.loads(answer.read())["data"]["result"]:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"Prometheus at {url} had no answer to {query} within {timeout_s} s")
 
 
 def test_prometheus_on_the_servers_side_is_joined_to_the_run_as_the_servers(
@@ -262,7 +277,8 @@ def test_prometheus_on_the_servers_side_is_joined_to_the_run_as_the_servers(
     assert host["host"] == remote.host.address, host
     run = load_run(run_dir)
     rows = run.series("host")
-    assert len(rows) >= 8 and rows["cpu_per_core_pct"].notna().sum() >= 8
+    # (Prometheus had scraped the server's node-exporter for seconds: every step has a rate)
+    assert len(rows) >= 8 and rows["cpu_per_core_pct"].notna().all(), rows
     # AND `analyze` reads them: the server's causes are now assessed on them
     after = _checked(analyze_run(run))
     assert after["cpu_saturation"].reason != NO_SERVER_TELEMETRY, after["cpu_saturation"]
