@@ -181,10 +181,11 @@ def test_the_servers_node_exporter_shows_a_neighbour_on_its_cores(
     remote: RemoteTriton, node_exporter: str, tmp_path: Path
 ) -> None:
     # GIVEN the server's node-exporter scraped during the run, and a CPU-bound neighbour
-    # at a higher priority than the server on all its cores every 8 s
-    run = _run(remote, tmp_path, "neighbour", "--scrape", f"node={node_exporter}")
+    # at a higher priority than the server on all its cores every 9 s
+    # (100/s: 1 s windows; 4 s burns: whole windows of saturated cores between the scrapes)
+    run = _run(remote, tmp_path, "neighbour", "--scrape", f"node={node_exporter}", rate=100)
     burn = CpuBurn(
-        FaultSchedule(duration_s=2.5, period_s=8.0, first_start_s=10.0, until_s=30.0), nice=-10
+        FaultSchedule(duration_s=4.0, period_s=9.0, first_start_s=10.0, until_s=30.0), nice=-10
     )
     try:
         with burn:
@@ -313,11 +314,12 @@ def test_the_agent_on_the_servers_machine_shows_the_servers_own_quota(
 ) -> None:
     # GIVEN loadkit's agent on the server's machine watching Triton, and a periodic CPU
     # quota on Triton's own cgroup (the server's pod limit); the load machine untouched
+    # (0.03 core: well below Triton's need at 100/s, about 0.1 core on a quiet host)
     run = _run(remote, tmp_path, "server-quota", "--agent", agent, rate=100)
     quota = CgroupQuota(
         remote.pid,
         FaultSchedule(duration_s=3.0, period_s=8.0, first_start_s=10.0, until_s=30.0),
-        quota_cores=0.1,
+        quota_cores=0.03,
     )
     try:
         with quota:
