@@ -87,6 +87,22 @@ def _finish(proc: subprocess.Popen[str], timeout_s: float = 150) -> str:
     return output
 
 
+def _quota_during(run: subprocess.Popen[str], pid: int) -> str:
+    """`run`'s output, with `pid`'s cgroup at 0.03 core for 3 s every 8 s while it runs."""
+    quota = CgroupQuota(
+        pid,
+        FaultSchedule(duration_s=3.0, period_s=8.0, first_start_s=10.0, until_s=30.0),
+        quota_cores=0.03,
+    )
+    try:
+        with quota:
+            return _finish(run)
+    except FaultUnavailable as exc:
+        run.kill()
+        run.wait()
+        pytest.skip(f"no CPU quota here: {exc}")
+
+
 def _sources(run_dir: Path) -> dict[str, dict[str, Any]]:
     manifest = json.loads((run_dir / "manifest.json").read_text())
     return {s["name"]: s for s in manifest["sources"]}
@@ -102,18 +118,7 @@ def test_a_throttled_load_machine_is_named_and_the_server_is_not_blamed(
     # GIVEN a Triton on another machine, and loadkit's own processes under a periodic CPU
     # quota (the load pod's limit): the load machine throttled, the server untouched
     run = _run(remote, tmp_path, "load-quota", rate=100)
-    quota = CgroupQuota(
-        run.pid,
-        FaultSchedule(duration_s=3.0, period_s=8.0, first_start_s=10.0, until_s=30.0),
-        quota_cores=0.03,
-    )
-    try:
-        with quota:
-            output = _finish(run)
-    except FaultUnavailable as exc:
-        run.kill()
-        run.wait()
-        pytest.skip(f"no CPU quota here: {exc}")
+    output = _quota_during(run, run.pid)
     analysis = analyze_run(load_run(tmp_path / "load-quota"))
     findings = analysis.findings
     # THEN the first finding is the load machine's container, by name, with its own action
@@ -316,18 +321,7 @@ def test_the_agent_on_the_servers_machine_shows_the_servers_own_quota(
     # quota on Triton's own cgroup (the server's pod limit); the load machine untouched
     # (0.03 core: well below Triton's need at 100/s, about 0.1 core on a quiet host)
     run = _run(remote, tmp_path, "server-quota", "--agent", agent, rate=100)
-    quota = CgroupQuota(
-        remote.pid,
-        FaultSchedule(duration_s=3.0, period_s=8.0, first_start_s=10.0, until_s=30.0),
-        quota_cores=0.03,
-    )
-    try:
-        with quota:
-            output = _finish(run)
-    except FaultUnavailable as exc:
-        run.kill()
-        run.wait()
-        pytest.skip(f"no CPU quota here: {exc}")
+    output = _quota_during(run, remote.pid)
     run_dir = tmp_path / "server-quota"
     analysis = analyze_run(load_run(run_dir))
     # THEN the server's quota is named, from the agent's series of the server's machine
