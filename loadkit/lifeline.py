@@ -111,6 +111,18 @@ def popen(
     return proc
 
 
+def stop(proc: subprocess.Popen[Any], grace_s: float = 3.0) -> None:
+    """SIGTERM a child we started, SIGKILL it after `grace_s`; reaped either way."""
+    if proc.poll() is not None:
+        return
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(grace_s)
+
+
 def run(
     argv: Sequence[str], *, death_signal: int = signal.SIGKILL, **kwargs: Any
 ) -> subprocess.CompletedProcess[Any]:

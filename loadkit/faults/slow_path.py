@@ -115,14 +115,8 @@ class SlowPath(ScheduledFault):
 
     def _cleanup(self) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(3.0)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(3.0)
+        if process is not None:
+            lifeline.stop(process)
 
 
 # --- the proxy process ----------------------------------------------------------------
