@@ -257,10 +257,14 @@ NEIGHBOUR_ROWS = 8  # doc_ranker's max batch: each request one full batch
 NEIGHBOUR_DOCS = 16
 NEIGHBOUR_BUSY = (0.15, 0.75)
 # power-cap: the cap as a share of the board's power, and the clock it leaves (a cap at
-# 60 % takes 20 % off the clock, one at 95 % 5 %); a second GPU beside it, busy
-# SECOND_GPU_BUSY (another job); the reason bits read in REASON_BITS_SHARE of the draws.
-POWER_CAP_FRACTION = (0.60, 0.95)
-POWER_CAP_CLOCK = (0.80, 0.95)
+# 40 % takes 35 % off the clock, one at 95 % 5 %; linear between); a second GPU beside it,
+# busy SECOND_GPU_BUSY (another job); the reason bits read in REASON_BITS_SHARE of the
+# draws. The issue asked for 60-95 % (clock 5-20 % down); report set 36-39 (session 16)
+# drew only that and no run's P99 rose 1.5x: the ranker's simulated compute stretches by
+# 1/clock, at most 1.25x at low load. The strong end (a cap at 40-60 %, as a shared rack's
+# budget does) gives the detection curve its upper bins.
+POWER_CAP_FRACTION = (0.40, 0.95)
+POWER_CAP_CLOCK = (0.65, 0.95)
 SECOND_GPU_BUSY = 0.3
 REASON_BITS_SHARE = 0.5
 # errors-from-stall: stalls of 1-4 s against a request timeout of 25-75 % of the stall
@@ -272,7 +276,9 @@ MIN_TIMEOUT_S = 0.3
 SLOW_PATH_DELAY_MS = (1.0, 40.0)
 # partial-neighbour: busy loops on this share of the cores (at least one), at nice 0 in
 # the benchmark's own session (the server's priority) or in sessions of their own at
-# nice -10..0 (above it), half each.
+# nice -10..0 (above it), half each. Drawn at medium or knee load only: at low load the
+# server needs less than the cores left to it (report set 36-39: 0.9-1.1x in 4/4), so a
+# low-load draw tests only that nothing wrong is named, which the controls already do.
 PARTIAL_CORES_SHARE = (0.25, 0.5)
 PARTIAL_NICE = (-10, 0)
 
@@ -468,6 +474,8 @@ def plan_wide_case(case: str, seed: int, duration_s: float = DEFAULT_DURATION_S)
     parts = case.split("+")
     model = rng.choice(MODELS) if case in DOC_RANKER_CASES else "ranker"
     levels = LOAD_LEVELS if model == "ranker" and case != "bursts" else LOAD_LEVELS[:2]
+    if case == "partial-neighbour":
+        levels = levels[1:]
     level = rng.choice(levels)
     triton: dict[str, Any] = {"max_queue_delay_us": CONTROL_QUEUE_DELAY_US, "max_batch_size": 32}
     if level == "knee":

@@ -179,8 +179,10 @@ def align_gpu(frame: pd.DataFrame, grid: WindowGrid) -> GpuSeries | None:
         util_pct=nan_reduce("util_pct", "nanmean"),
         mem_used_bytes=nan_reduce("mem_used_bytes", "nanmax"),
         mem_total_bytes=per_gpu[0].mem_total_bytes,
-        thermal_reason=nan_reduce("thermal_reason", "nanmax"),
-        power_reason=nan_reduce("power_reason", "nanmax"),
+        # why the clock fell is read on the GPU whose clock fell: a capped GPU beside it,
+        # its clock holding, names nothing
+        thermal_reason=pick("thermal_reason"),
+        power_reason=pick("power_reason"),
         has_reasons=any(g.has_reasons for g in per_gpu),
         temp_slowdown_c=nan_reduce("temp_slowdown_c", "nanmin"),  # the first GPU to throttle
         power_of_limit=pick("power_of_limit"),

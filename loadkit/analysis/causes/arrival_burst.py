@@ -28,6 +28,7 @@ from loadkit.analysis.causes.base import (
     na,
     service_capacity_rps,
 )
+from loadkit.analysis.causes.request_errors import CAUSE_REJECTING, CAUSE_TIMEOUTS
 from loadkit.analysis.model import CAUSE_ARRIVAL_BURST, Evidence
 
 BATCH_PINNED_SHARE = 0.8
@@ -137,4 +138,7 @@ CAUSE = Cause(
     signature=signature,
     summary=summary,
     signal=("windows.offered_rps", "offered rate (requests/s)"),
+    # A burst past capacity fills the queue: requests wait past their timeout, and a
+    # bounded queue (max_queue_size) rejects the rest.
+    consequences=(CAUSE_TIMEOUTS, CAUSE_REJECTING),
 )

@@ -26,6 +26,9 @@ from loadkit.analysis.places import CLIENT_SIDE, SERVER_SIDE, sources_at
 from loadkit.analysis.sources import SourceAccessors
 from loadkit.analysis.telemetry import HostSeries, RequestSampleSeries, align_load
 
+# The error class of requests that got no answer in time (request_errors.CAUSE_TIMEOUTS;
+# named here so that every cause can list it without importing the error causes).
+CAUSE_TIMEOUTS_ID = "request_timeouts"
 # Kinds of cause: an episode cause explains spike episodes; a standing condition is
 # there all run long and never counts as a spike cause; "either" can be both.
 EPISODIC = "episodic"
@@ -236,10 +239,12 @@ class Cause:
     # server's, and is not assessable without one of these from there (NO_CLIENT_TELEMETRY).
     client_series: tuple[str, ...] = ()
     # Error causes (kind ERRORS) whose failed requests, where they fall in its windows, are
-    # its consequence: a stall longer than the client's timeout times requests out. Such an
-    # error finding is listed right after this cause's finding and says so
-    # (`attribution.consequences`).
-    consequences: tuple[str, ...] = ()
+    # its consequence: whatever slows requests past the client's timeout times them out (a
+    # stall, a quota, a capped clock alike), so every latency cause can make timeouts; an
+    # error cause makes none. Such an error finding is listed right after this cause's
+    # finding and says so (`attribution.consequences`, which asks the evidence: most of
+    # the class's failures must fall in the cause's windows).
+    consequences: tuple[str, ...] = (CAUSE_TIMEOUTS_ID,)
 
     @property
     def side(self) -> str:

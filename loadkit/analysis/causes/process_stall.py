@@ -27,7 +27,6 @@ from loadkit.analysis.causes.base import (
     na,
     server_starved,
 )
-from loadkit.analysis.causes.request_errors import CAUSE_TIMEOUTS
 from loadkit.analysis.gaps import min_gap_s
 from loadkit.analysis.model import CAUSE_PROCESS_STALL, Evidence
 
@@ -192,6 +191,4 @@ CAUSE = Cause(
     signal=("windows.throughput_rps", "completions/s"),
     fault_events=("stall",),
     per_request="completion gaps (spans with requests in flight and none completing)",
-    # A stop longer than the client's timeout times out the requests caught in it.
-    consequences=(CAUSE_TIMEOUTS,),
 )

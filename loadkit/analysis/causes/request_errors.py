@@ -44,6 +44,7 @@ import numpy as np
 from scipy import stats
 
 from loadkit.analysis.causes.base import (
+    CAUSE_TIMEOUTS_ID,
     ERRORS,
     Cause,
     ErrorCounts,
@@ -62,7 +63,7 @@ from loadkit.analysis.noise import cliffs_delta
 
 CAUSE_UNREACHABLE = "target_unreachable"
 CAUSE_REJECTING = "server_rejecting"
-CAUSE_TIMEOUTS = "request_timeouts"
+CAUSE_TIMEOUTS = CAUSE_TIMEOUTS_ID
 CAUSE_SERVER_ERRORS = "server_errors"
 CAUSE_CLIENT_ERRORS = "client_errors"
 
@@ -409,6 +410,7 @@ def _cause(
         kind=ERRORS,
         find=_finder(cause),
         headline=headline,
+        consequences=(),  # errors are what causes make, not causes of other errors
     )
 
 

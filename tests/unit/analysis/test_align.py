@@ -146,6 +146,20 @@ def test_several_gpus_report_the_slowest_clock_and_hottest_temperature():
     assert gpu.power_w.tolist() == [400.0, 400.0]
 
 
+def test_several_gpus_read_the_reasons_of_the_gpu_whose_clock_fell():
+    from loadkit.analysis.telemetry import align_gpu
+    from loadkit.rundir.schema import REASON_SW_POWER_CAP, REASON_SW_THERMAL
+
+    # GIVEN GPU 0 power-capped with its clock holding, GPU 1 thermally slowed in window 1
+    grid = make_grid(T0, T0 + 2 * NS, 1.0)
+    capped = _gpu_rows(0, [2000, 2000], clocks_event_reasons=[REASON_SW_POWER_CAP] * 2)
+    hot = _gpu_rows(1, [2000, 1200], clocks_event_reasons=[0, REASON_SW_THERMAL])
+    gpu = align_gpu(pd.DataFrame(capped + hot).sort_values("t_ns"), grid)
+    assert gpu is not None
+    # THEN window 1's reasons are GPU 1's: thermal, not the neighbour's power cap
+    assert gpu.thermal_reason[1] == 1.0 and gpu.power_reason[1] == 0.0
+
+
 def test_moving_to_another_cgroup_is_not_a_throttling_burst():
     grid = make_grid(T0, T0 + 4 * NS, 1.0)
     frame = pd.DataFrame(

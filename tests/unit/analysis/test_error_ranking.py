@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from loadkit.analysis import attribution
+from loadkit.analysis.causes import BY_ID
 from loadkit.analysis.causes import request_errors as re_
 from loadkit.analysis.causes.base import ErrorCounts
 from loadkit.commands.analyze import print_summary
@@ -98,6 +99,28 @@ def test_timeouts_away_from_any_stall_are_nobody_s_consequence(analyze_spec):
     assert "process_stall" in [f.cause for f in a.findings], _causes(a)
     assert timeouts.consequence_of is None, timeouts.summary
     assert "consequence" not in timeouts.summary and "consequence" not in a.headline
+
+
+def test_timeouts_in_a_throttled_clock_s_windows_are_its_consequence(analyze_spec):
+    # GIVEN the thermal sawtooth (no stall at all) and requests timing out in three of its
+    # slow windows: any cause that slows requests past the timeout makes timeouts
+    # (a client timeout of 1 s: those sent 0.5-1.5 s into a window fail 1 s later, in it)
+    spec = replace(_thermal_only(), timeout_s=1.0)
+    windows = tuple(
+        ErrorWindow(w.start_s + 0.5, w.start_s + 1.5, "timeout") for w in spec.clock_drops[1:4]
+    )
+    a = analyze_spec(replace(spec, error_windows=windows), "thermal-timeouts")
+    (timeouts,) = [f for f in a.findings if f.cause == re_.CAUSE_TIMEOUTS]
+    # THEN the timeouts are the throttled clock's consequence, listed right after it
+    assert timeouts.consequence_of == "gpu_clock_thermal", (_causes(a), timeouts.summary)
+    causes = [f.cause for f in a.findings]
+    assert causes.index(re_.CAUSE_TIMEOUTS) == causes.index("gpu_clock_thermal") + 1, _causes(a)
+
+
+def test_an_error_cause_is_no_other_error_s_cause():
+    # errors are what causes make: an error class never lists another as its consequence
+    assert all(c.consequences == () for c in re_.CAUSES)
+    assert "process_stall" in {c.id for c in BY_ID.values() if re_.CAUSE_TIMEOUTS in c.consequences}
 
 
 def test_the_confidence_of_errors_comes_from_the_share_that_failed():
