@@ -2,14 +2,22 @@
 of a configuration without running it.
 
 The model (docs/capacity.md, "`loadkit tune`"): requests arrive at the
-scenario's intended times and wait in one queue. While fewer than two formed
-batches per instance wait for an instance (Triton's rate limiter forms the next
-batch while the instances are busy) and requests wait, the batcher forms a batch: at once when max_batch_size
-requests (or a preferred size) wait or when there is no queue delay,
-otherwise when the oldest request has waited max_queue_delay_us or the batch
-fills, whichever comes first. A batch of b runs on one instance for the
-profile's compute at b for that instance count. Each request's latency is its
-wait, its batch's compute and one draw of the measured overhead (HTTP,
+scenario's intended times and wait in one queue. The batcher forms a batch
+(a payload): at once when max_batch_size requests (or a preferred size) wait
+or when there is no queue delay, otherwise when the oldest request has waited
+max_queue_delay_us or the batch fills, whichever comes first. A formed batch
+waits for a free instance, and while it waits it keeps taking the requests
+that arrive, at once, until it is full (Triton's DynamicBatchScheduler grows
+its current payload until an instance picks it up or it saturates); only
+full batches queue behind one another, up to two per instance (the rate
+limiter's cap on queued payloads). So under load a batch holds what arrived
+during the execution before it, and a request waits about half an execution,
+not behind whole formed batches. With a queue delay, once the batcher has
+waited one out, an arrival wakes it only when the queue holds a preferred
+batch (Triton fills an empty preferred list with max_batch_size): the others
+wait for the next payload, which starts when an instance picks this one up. A batch of b runs on one instance for the
+profile's compute at b for that instance count. Each request's latency is
+its wait, its batch's compute and one draw of the measured overhead (HTTP,
 client, network, compute jitter).
 
 It leaves out what the profile did not measure: CPU contention beyond the
@@ -37,9 +45,9 @@ MIN_REQUESTS = 3000  # per simulated probe, so its P99 means something
 MAX_REQUESTS = 60_000  # per simulation: a long scenario is cut here (said in the prediction)
 ACHIEVED_SHARE = 0.97  # the search's pass rule: achieved >= 97 % of offered
 RESOLUTION = 0.02  # the capacity bisection stops at 2 % of its low end
-# Triton's batcher forms the next batch while the instances are busy: its rate limiter
-# keeps up to this many formed batches per instance waiting for one (the embedded
-# ranker's queue time at saturation, about 2.5 executions, fits 2 and not 1).
+# Triton's rate limiter keeps up to this many payloads per instance queued for one
+# (RateLimiter::PayloadSlotAvailable: 2 x instances for a per-model batcher). Only the
+# newest of them still grows; the others are full.
 PENDING_PER_INSTANCE = 2
 
 
@@ -77,6 +85,16 @@ class Simulated:
         return self.latency_ms[self.arrivals_s >= start_s]
 
 
+class _Payload:
+    """A formed batch waiting for an instance: it grows until full or picked up."""
+
+    __slots__ = ("members", "saturated")
+
+    def __init__(self, members: list[int], saturated: bool) -> None:
+        self.members = members
+        self.saturated = saturated
+
+
 class _Batcher:
     """The dynamic batcher and the instances, as SimPy processes."""
 
@@ -99,11 +117,13 @@ class _Batcher:
         self.arrivals = arrivals
         self.overhead_ms = overhead
         self.queue: deque[int] = deque()
-        self.pending: simpy.Store = simpy.Store(env)
+        self.pending: deque[_Payload] = deque()  # formed, waiting for an instance
         self.slots = PENDING_PER_INSTANCE * config.instances
-        self.wake = env.event()
+        self.wake = env.event()  # the batcher's: a request arrived or a payload was picked up
+        self.work = env.event()  # the instances': a payload was formed
         self.done = np.full(len(arrivals), np.nan)
         self.batches: dict[int, int] = {}
+        self.wake_at = 0  # queued requests that make an arrival wake the batcher
         preferred = config.preferred_batch_size
         self.preferred = preferred if preferred and preferred <= config.max_batch_size else None
 
@@ -116,10 +136,11 @@ class _Batcher:
             if t > self.env.now:
                 yield self.env.timeout(t - self.env.now)
             self.queue.append(i)
-            self._signal()
+            if len(self.queue) >= self.wake_at:
+                self._signal()
 
     def _ready_size(self) -> int:
-        """How many to take now (0: keep waiting)."""
+        """How many to take now into a new payload (0: keep waiting)."""
         n = len(self.queue)
         top = self.config.max_batch_size
         if n >= top:
@@ -133,29 +154,62 @@ class _Batcher:
             return n
         return 0
 
+    def _full(self, size: int) -> bool:
+        """A payload this big takes no more (a preferred size goes as it is)."""
+        return size >= self.config.max_batch_size or (
+            self.preferred is not None and size >= self.preferred
+        )
+
+    def _grow(self, payload: _Payload) -> None:
+        """The waiting payload takes the queued requests at once, up to full."""
+        top = self.config.max_batch_size
+        if self.preferred is not None and len(payload.members) < self.preferred:
+            top = self.preferred
+        while self.queue and len(payload.members) < top:
+            payload.members.append(self.queue.popleft())
+        payload.saturated = self._full(len(payload.members))
+        if payload.saturated:
+            self.wake_at = 0
+
     def batch(self) -> Any:
         env = self.env
         while True:
-            if not self.queue or len(self.pending.items) >= self.slots:
+            if not self.queue or len(self.pending) >= self.slots:
                 yield self.wake
                 self.wake = env.event()
                 continue
+            newest = self.pending[-1] if self.pending else None
+            if newest is not None and not newest.saturated:
+                self._grow(newest)
+                continue
             size = self._ready_size()
             if size == 0:
+                # waiting out the delay: from now on an arrival wakes the batcher only once
+                # the queue holds a preferred batch (next_preferred_batch_size_)
+                self.wake_at = self.preferred or self.config.max_batch_size
                 oldest = self.arrivals[self.queue[0]]
                 yield self.wake | env.timeout(max(0.0, oldest + self.delay_s - env.now))
                 if self.wake.triggered:
                     self.wake = env.event()
                 continue
             members = [self.queue.popleft() for _ in range(size)]
-            self.batches[size] = self.batches.get(size, 0) + 1
-            self.pending.put(members)
+            self.pending.append(_Payload(members, self._full(size)))
+            if self.pending[-1].saturated:
+                self.wake_at = 0
+            if not self.work.triggered:
+                self.work.succeed()
 
     def instance(self) -> Any:
-        """One model instance: runs the formed batches in order."""
+        """One model instance: runs the formed payloads in order, as they are when picked up."""
         while True:
-            members = yield self.pending.get()
-            self._signal()  # a slot opened
+            while not self.pending:
+                if self.work.triggered:
+                    self.work = self.env.event()
+                yield self.work
+            members = self.pending.popleft().members
+            self.batches[len(members)] = self.batches.get(len(members), 0) + 1
+            self.wake_at = 0  # Triton starts a new payload (NewPayload) ...
+            self._signal()  # ... at once: the payload's callback wakes the batcher
             yield self.env.timeout(self.compute_s[len(members)])
             now = self.env.now
             for i in members:
