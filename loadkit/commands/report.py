@@ -31,6 +31,9 @@ examples:
   loadkit report RUN -o /tmp/burst.html
   loadkit report RUN --format md -o -          # Markdown to stdout
   loadkit report RUN --format json -o summary.json
+
+A sweep directory (loadkit sweep) or a tune directory (loadkit tune) given as
+RUN gets its comparison of configurations instead (a tune's in HTML only).
 """
 
 
@@ -77,23 +80,30 @@ def write_output(text: str, output: str, what: str) -> None:
     print(resolved.as_uri())
 
 
-def _sweep_report(args: argparse.Namespace, fmt: formats.ReportFormat) -> int:
-    """A sweep directory (`sweep.json`): the comparison of its configurations."""
-    render = fmt.sweep_renderer()
+# Directories of runs with a report of their own: (the file that marks one, its kind).
+DIRECTORY_KINDS = (("sweep.json", "sweep"), ("tune.json", "tune"))
+
+
+def _directory_report(args: argparse.Namespace, fmt: formats.ReportFormat, kind: str) -> int:
+    """A sweep (`sweep.json`) or tune (`tune.json`) directory: its configurations compared."""
+    render = fmt.directory_renderer(kind)
     if render is None:
-        raise UsageError(f"a sweep has no {fmt.name} report", hint="give another --format")
+        hint = "give another --format" + (" (html)" if kind == "tune" else "")
+        raise UsageError(f"a {kind} has no {fmt.name} report", hint=hint)
     text = render(args.run_dir)
     output = args.output
     if output is None:
-        output = "-" if fmt.sweep_to_stdout else str(Path(args.run_dir) / fmt.file_name())
-    write_output(text, output, f"{fmt.name.upper()} sweep report")
+        to_stdout = kind == "sweep" and fmt.sweep_to_stdout
+        output = "-" if to_stdout else str(Path(args.run_dir) / fmt.file_name())
+    write_output(text, output, f"{fmt.name.upper()} {kind} report")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
     fmt = formats.get(args.format)
-    if (Path(args.run_dir) / "sweep.json").is_file():
-        return _sweep_report(args, fmt)
+    for marker, kind in DIRECTORY_KINDS:
+        if (Path(args.run_dir) / marker).is_file():
+            return _directory_report(args, fmt, kind)
     run_dir = load_run(args.run_dir)
     analysis = load_or_analyze(run_dir, args.reanalyze)
     reporter = fmt.load()

@@ -58,6 +58,8 @@ class ReportFormat:
     # "module:function" rendering a sweep directory (`sweep.json`) in this format, if any.
     sweep: str | None = None
     sweep_to_stdout: bool = False  # a sweep in this format is printed unless -o says where
+    # "module:function" rendering a tune directory (`tune.json`) in this format, if any.
+    tune: str | None = None
     # "module:Class" comparing runs (`loadkit compare`) in this format, a CompareReporter.
     compare: str | None = None
 
@@ -69,8 +71,10 @@ class ReportFormat:
         """The report's default file name in the run directory (`report.<extension>`)."""
         return f"{REPORT_STEM}.{self.load().output_file_extension}"
 
-    def sweep_renderer(self) -> Callable[[str | Path], str] | None:
-        return None if self.sweep is None else _load(self.sweep)
+    def directory_renderer(self, kind: str) -> Callable[[str | Path], str] | None:
+        """The renderer of a directory of runs (`sweep`, `tune`) in this format, if any."""
+        target: str | None = getattr(self, kind)
+        return None if target is None else _load(target)
 
     def compare_reporter(self) -> CompareReporter | None:
         return None if self.compare is None else _load(self.compare)()
@@ -81,6 +85,7 @@ REGISTRY: tuple[ReportFormat, ...] = (
         "html",
         "loadkit.report.html:HtmlReporter",
         sweep="loadkit.report.sweep:render_html",
+        tune="loadkit.report.tune:render_html",
         compare="loadkit.report.compare:CompareHtmlReporter",
     ),
     ReportFormat(

@@ -314,3 +314,28 @@ def test_capacity_of_a_latency_bound_configuration_reaches_its_throughput() -> N
     profile = BatchProfile("m", 8, {1: {b: 20.9 + 0.71 * b for b in range(1, 9)}}, [0.0])
     cap, _ = capacity(Config(8), profile, 99, 100.0)
     assert cap == pytest.approx(8 / 0.02658, rel=0.04)
+
+
+def test_loadkit_report_renders_a_tune_directory_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loadkit.cli import main
+
+    # GIVEN the tune.json a tune left when its verification failed (profile and predictions)
+    def unreachable(k: int, settings: Any) -> Path:
+        raise TargetError("gone")
+
+    written: list[dict[str, Any]] = []
+    with pytest.raises(TargetError):
+        _tune(_Repository(), tmp_path, unreachable, written)
+    tune_dir = tmp_path / "tune"
+    tune_dir.mkdir()
+    (tune_dir / "tune.json").write_text(json.dumps(written[-1]))
+    # WHEN `loadkit report` is given the directory THEN it writes the tune's own report
+    assert main(["report", str(tune_dir)]) == 0
+    html = (tune_dir / "report.html").read_text()
+    assert "max_batch_size=8" in html and '<img src="data:image/' in html
+    assert "HTML tune report" in capsys.readouterr().out
+    # ... and says which format a tune has
+    assert main(["report", str(tune_dir), "--format", "md"]) != 0
+    assert "a tune has no md report" in capsys.readouterr().err

@@ -19,7 +19,7 @@ def test_each_entry_names_its_file_by_its_reporters_extension() -> None:
     names = {f.name: f.file_name() for f in formats.REGISTRY}
     assert names == {"html": "report.html", "md": "report.md", "json": "report.json"}
     for fmt in formats.REGISTRY:
-        assert callable(fmt.load().render_report) and fmt.sweep_renderer() is not None
+        assert callable(fmt.load().render_report) and fmt.directory_renderer("sweep") is not None
 
 
 def test_compare_writes_the_formats_whose_entry_has_a_comparison() -> None:
