@@ -72,9 +72,11 @@ BUSY_CORES_SHARE = 0.75
 # catch-up after it at most 1.5x (a stopped server is not runnable, so it does not wait);
 # a neighbour at the server's own priority 1.5-2x (issue 26).
 WAIT_RISE_FLOOR = 1.5
-# ... and the run delay at least this many ms per second (summed over the server's
-# threads: 1 % of one core's time): the floor where the baseline's run delay is near zero.
-WAIT_FLOOR_MS_PER_S = 10.0
+# Where the run delay alone names CPU saturation (no core count to back it: a neighbour on
+# a few cores), it must also reach this many ms per second, summed over the server's
+# threads (2 % of one core's time): the floor where the baseline's run delay is near zero,
+# and above the blips a quiet host's own work makes (`server_waited`).
+WAIT_FLOOR_MS_PER_S = 20.0
 # Another model on the same server works more where its compute per second clears its
 # baseline's spread and is this many times its baseline median ... (`model_rises`:
 # model_contention's "another model rose"; CPU saturation leaves such windows to it.)
@@ -551,11 +553,14 @@ def server_starved(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
     busy = busy_cores(sig)
     if busy is None or host is None:
         return None
-    waited = server_waited(sig, baseline)
-    rate = host.server_preemptions_per_cpu_s
-    if waited is None and rate is not None and not np.all(np.isnan(rate)):
+    for rate in (host.server_run_delay_ms_per_s, host.server_preemptions_per_cpu_s):
+        if rate is None or np.all(np.isnan(rate)):
+            continue
+        # No absolute floor: the saturated cores back it (burners at nice -10 on a quiet
+        # host raise a run delay of 1-5 ms/s 7-27x, under WAIT_FLOOR_MS_PER_S).
         waited = above_spread(rate, baseline, WAIT_RISE_FLOOR)
-    if waited is not None:
+        if waited is None:
+            continue
         cond = (np.nan_to_num(busy, nan=0.0) >= BUSY_CORES_SHARE) & (
             np.nan_to_num(waited, nan=0.0) > 0
         )

@@ -118,6 +118,8 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
             # median: not its own work (a backlog after a stop), a neighbour's.
             usual_delay = median(delay, baseline)
             cond |= full & ~(np.nan_to_num(delay, nan=np.inf) <= (usual_delay or 0.0))
+        elif starved is not None:  # a host busy all along: saturated cores and a wait
+            cond |= np.nan_to_num(starved, nan=0.0) > 0
     elif starved is not None and usual > BUSY_USUAL_SHARE:
         cond = np.nan_to_num(starved, nan=0.0) > 0
     else:
