@@ -44,22 +44,28 @@ def moved(values: np.ndarray | None, episode: np.ndarray, baseline: np.ndarray) 
     return cliffs_delta(values[episode], values[baseline])
 
 
-def above_spread(values: np.ndarray, baseline: np.ndarray, floor_ratio: float) -> np.ndarray | None:
+def above_spread(
+    values: np.ndarray, baseline: np.ndarray, floor_ratio: float, at_least: float | None = None
+) -> np.ndarray | None:
     """Per window: the value clears the baseline's own spread (NaN where unknown).
 
     Above the baseline median by SPREAD_SIGMAS robust standard deviations, and by at
     least `floor_ratio` x the median (a series with almost no spread must still move by
-    an amount that matters). None where the baseline has no data or a zero median.
+    an amount that matters). None where the baseline has under 3 windows of data.
+    Without `at_least`, None too where the baseline median is zero (no scale to judge
+    by); with it, the value must also reach `at_least`, the least amount that means the
+    thing happened at all: a series flat at zero in the baseline (no throttled period)
+    fires at that floor, not at a fixed share tuned on strong faults.
     """
     base = values[baseline]
     base = base[~np.isnan(base)]
     if base.size < 3:
         return None
     med = float(np.median(base))
-    if med <= 0:
+    if med <= 0 and at_least is None:
         return None
     sigma = MAD_TO_SIGMA * float(np.median(np.abs(base - med)))
-    threshold = max(med + SPREAD_SIGMAS * sigma, floor_ratio * med)
+    threshold = max(med + SPREAD_SIGMAS * sigma, floor_ratio * med, at_least or 0.0)
     out = (np.nan_to_num(values, nan=0.0) >= threshold).astype(float)
     out[np.isnan(values)] = np.nan
     return out

@@ -56,9 +56,15 @@ REASON_SHARE = 0.1
 # Without reason bits, a drop while the GPU draws this share of its power limit is power
 # capping (the thermal and power causes split the drop by it).
 POWER_AT_LIMIT = 0.97
-# The server's cgroup is throttled in this % of its CFS periods: its quota binds. Cgroup
-# throttling is found by it; CPU saturation and a process stall leave such windows to it.
-CGROUP_THROTTLED_PCT = 10.0
+# The server's cgroup quota binds in a window where its throttled share of CFS periods
+# clears its baseline's spread (loadkit/analysis/noise.py), is at least this many times
+# its baseline median ... (`quota_throttled`: cgroup throttling is found by it; CPU
+# saturation and a process stall leave such windows to it.)
+CGROUP_THROTTLED_RISE = 2.0
+# ... and at least this % of periods: the floor that says the quota bound at all where the
+# baseline never throttled (one 100 ms period of a 5 s window). A fixed 10 % missed a
+# quota just below the need, which throttles a few % of the periods.
+CGROUP_THROTTLED_FLOOR_PCT = 2.0
 # This share of the host's cores at >= 95 % saturates it: CPU saturation is found by it; a
 # process stall and an unexplained compute slowdown leave such windows to it.
 BUSY_CORES_SHARE = 0.75
@@ -69,6 +75,18 @@ BUSY_CORES_SHARE = 0.75
 # catch-up after it at most 1.5x (a stopped server is not runnable, so it does not wait);
 # a neighbour at the server's own priority 1.5-2x (issue 26).
 WAIT_RISE_FLOOR = 1.5
+# Where the run delay alone names CPU saturation (no core count to back it: a neighbour on
+# a few cores), it must also reach this many ms per second, summed over the server's
+# threads (2 % of one core's time): the floor where the baseline's run delay is near zero,
+# and above the blips a quiet host's own work makes (`server_waited`).
+WAIT_FLOOR_MS_PER_S = 20.0
+# Another model on the same server works more where its compute per second clears its
+# baseline's spread and is this many times its baseline median ... (`model_rises`:
+# model_contention's "another model rose"; CPU saturation leaves such windows to it.)
+MODEL_RISE_FLOOR = 1.5
+# ... and where that model was idle in the baseline (no spread to judge by), where it holds
+# at least this many ms of compute per second (2 % of the accelerator).
+IDLE_MODEL_BUSY_MS_PER_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -473,6 +491,59 @@ def host_busy_cores(host: HostSeries) -> np.ndarray | None:
     return flag(host.cpu_mean_pct >= 95.0, host.cpu_mean_pct)
 
 
+def quota_throttled(host: HostSeries, baseline: np.ndarray) -> np.ndarray | None:
+    """Per window: the server's cgroup quota bound beyond the run's own throttling (NaN unknown).
+
+    Its throttled share of CFS periods clears the baseline's spread, is at least
+    CGROUP_THROTTLED_RISE x its median and CGROUP_THROTTLED_FLOOR_PCT (`noise.above_spread`);
+    the floor alone where the baseline has under 3 windows of cgroup data. None without
+    cgroup counters.
+    """
+    if not host.has_cgroup:
+        return None
+    pct = host.cgroup_throttled_pct
+    spread = above_spread(pct, baseline, CGROUP_THROTTLED_RISE, at_least=CGROUP_THROTTLED_FLOOR_PCT)
+    if spread is not None:
+        return spread
+    return flag(np.nan_to_num(pct, nan=0.0) >= CGROUP_THROTTLED_FLOOR_PCT, pct)
+
+
+def server_waited(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
+    """Per window: the server's threads waited for a CPU beyond their baseline's spread.
+
+    The schedstat run delay (time runnable but not running) clears its baseline's
+    spread, is at least WAIT_RISE_FLOOR x its median and WAIT_FLOOR_MS_PER_S
+    (`noise.above_spread`). However many cores are full: a neighbour on one core of
+    sixteen makes no core count, but the server's threads that land on its core wait.
+    None where the run delay is not recorded or the baseline has under 3 windows of it.
+    """
+    host = sig.host
+    delay = None if host is None else host.server_run_delay_ms_per_s
+    if delay is None or np.all(np.isnan(delay)):
+        return None
+    return above_spread(delay, baseline, WAIT_RISE_FLOOR, at_least=WAIT_FLOOR_MS_PER_S)
+
+
+def model_rises(busy_ms_per_s: np.ndarray, baseline: np.ndarray) -> np.ndarray:
+    """Per window: a model's compute per second rose above its own baseline (NaN unknown)."""
+    spread = above_spread(busy_ms_per_s, baseline, MODEL_RISE_FLOOR)
+    if spread is not None:
+        return spread
+    floor = IDLE_MODEL_BUSY_MS_PER_S
+    return flag(np.nan_to_num(busy_ms_per_s, nan=0.0) >= floor, busy_ms_per_s)
+
+
+def other_models_rose(sig: Signals, baseline: np.ndarray) -> np.ndarray:
+    """Per window: another model on the same server rose (`model_rises`); all False without any."""
+    tr = sig.triton
+    if tr is None or not tr.others:
+        return np.zeros(sig.n, dtype=bool)
+    risen = [
+        np.nan_to_num(model_rises(o.compute_ms_per_s, baseline)) > 0 for o in tr.others.values()
+    ]
+    return np.logical_or.reduce(risen)
+
+
 def server_starved(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
     """Per window: cores saturated and the server kept waiting for a CPU.
 
@@ -490,6 +561,8 @@ def server_starved(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
     for rate in (host.server_run_delay_ms_per_s, host.server_preemptions_per_cpu_s):
         if rate is None or np.all(np.isnan(rate)):
             continue
+        # No absolute floor: the saturated cores back it (burners at nice -10 on a quiet
+        # host raise a run delay of 1-5 ms/s 7-27x, under WAIT_FLOOR_MS_PER_S).
         waited = above_spread(rate, baseline, WAIT_RISE_FLOOR)
         if waited is None:
             continue

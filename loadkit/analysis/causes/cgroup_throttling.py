@@ -1,11 +1,17 @@
-"""Container CPU quota throttling: the server's cgroup uses up its CFS quota."""
+"""Container CPU quota throttling: the server's cgroup uses up its CFS quota.
+
+Judged against the run's own throttling (`base.quota_throttled`): a quota just below
+the need throttles a few % of the periods over a baseline that throttles none, which a
+fixed 10 % missed; a quota that throttles now and then all run long fires only where it
+throttles beyond that spread.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from loadkit.analysis.causes.base import (
-    CGROUP_THROTTLED_PCT,
+    CGROUP_THROTTLED_FLOOR_PCT,
     Cause,
     Shading,
     Signals,
@@ -18,6 +24,7 @@ from loadkit.analysis.causes.base import (
     mean,
     median,
     need,
+    quota_throttled,
 )
 from loadkit.analysis.model import CAUSE_CGROUP_THROTTLING, Evidence
 from loadkit.analysis.telemetry import HostSeries
@@ -30,12 +37,12 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     host = need(sig.host, "no host data")
     check(host.has_cgroup, "host data has no cgroup_nr_periods/nr_throttled")
     pct = host.cgroup_throttled_pct
-    base_pct = median(pct, baseline) or 0.0
     # No condition on the host's idle cores: a period is throttled only when the
     # cgroup used up its quota, so throttled periods prove the quota binds even
     # on a host that other work keeps busy (idle cores are reported as evidence).
-    cond = np.nan_to_num(pct, nan=0.0) >= max(CGROUP_THROTTLED_PCT, 2.0 * base_pct)
-    holds = flag(cond, pct)
+    throttled = quota_throttled(host, baseline)
+    assert throttled is not None
+    holds = flag(np.nan_to_num(throttled, nan=0.0) > 0, pct)
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
         return [
@@ -60,10 +67,13 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
 
 
 def throttled_windows(host: HostSeries) -> np.ndarray | None:
-    """Windows with >= CGROUP_THROTTLED_PCT of the cgroup's CFS periods throttled."""
+    """Windows with >= CGROUP_THROTTLED_FLOOR_PCT of the cgroup's CFS periods throttled.
+
+    The floor alone: a timeline has no baseline, and shades where the quota bound at all.
+    """
     if not host.has_cgroup:
         return None
-    return np.nan_to_num(host.cgroup_throttled_pct, nan=0.0) >= CGROUP_THROTTLED_PCT
+    return np.nan_to_num(host.cgroup_throttled_pct, nan=0.0) >= CGROUP_THROTTLED_FLOOR_PCT
 
 
 def throttled_label(host: HostSeries, first: int, stop: int) -> str:

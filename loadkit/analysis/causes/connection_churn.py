@@ -1,9 +1,10 @@
 """Connection churn: requests open new connections, and a new connection's first request is slow.
 
-A new connection counts only when its request is slower than the requests
-sent at the same moment on reused connections: a client pool that grows while
-requests pile up (an effect of the latency) opens its connections exactly when
-everything is slow.
+New connections count where their rate clears its baseline's spread (a client
+that reconnects now and then all run is its own baseline), and only when its
+request is slower than the requests sent at the same moment on reused
+connections: a client pool that grows while requests pile up (an effect of the
+latency) opens its connections exactly when everything is slow.
 
 When most requests open a connection all run long (keep-alive off), there is
 no baseline to contrast episodes with: that is a standing condition
@@ -29,10 +30,16 @@ from loadkit.analysis.causes.base import (
     outside_server_ms,
 )
 from loadkit.analysis.model import CAUSE_CONNECTION_CHURN, Evidence
+from loadkit.analysis.noise import above_spread
 from loadkit.analysis.telemetry import new_connections_per_s
 
-CHURN_NEW_CONN_SHARE = 0.05
+# New connections per second rise where they clear their baseline's spread and are this
+# many times its median (`noise.above_spread`; was a fixed 4x + 1/s) ...
+CHURN_RISE = 2.0
+# ... and at least this many per second (the floor where the baseline reuses every
+# connection: a few reconnects are no churn) and this share of the window's requests.
 CHURN_MIN_PER_S = 5.0
+CHURN_NEW_CONN_SHARE = 0.05
 FIRST_REQUEST_SLOWDOWN = 1.2  # churn needs the first request on a connection this much slower
 # Half the requests or more open a connection, run-long: keep-alive is off (a
 # standing condition), not reconnect bursts, which touch a few % of requests.
@@ -66,8 +73,10 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     if run_level:
         cond = np.nan_to_num(share, nan=0.0) >= RUN_LEVEL_CHURN_SHARE
     else:
-        base_rate = median(rate, baseline) or 0.0
-        cond = (np.nan_to_num(rate, nan=0.0) >= max(CHURN_MIN_PER_S, 4.0 * base_rate + 1.0)) & (
+        rose = above_spread(rate, baseline, CHURN_RISE, at_least=CHURN_MIN_PER_S)
+        if rose is None:  # under 3 baseline windows: the floor alone
+            rose = flag(np.nan_to_num(rate, nan=0.0) >= CHURN_MIN_PER_S, rate)
+        cond = (np.nan_to_num(rose, nan=0.0) > 0) & (
             np.nan_to_num(share, nan=0.0) >= CHURN_NEW_CONN_SHARE
         )
     if not_slower:

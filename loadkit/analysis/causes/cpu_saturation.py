@@ -1,30 +1,39 @@
-"""CPU saturation: most of the host's cores busy while the server's own quota is not the limit.
+"""CPU saturation: the server kept waiting for a CPU that other work took, its quota not the limit.
 
 Client, server and network stack all wait for a CPU: the latency grows on
 both sides of Triton. Neither the server's queue nor its compute has to stay
-normal (Triton's own threads wait for the CPU too). Windows where arrivals rise
-above their baseline, and the few after them, are left out (the server working
-through a burst makes the cores busy itself), and so are windows where the server's cgroup is
-throttled (its quota, not the host, is what it waits for).
+normal (Triton's own threads wait for the CPU too).
 
-Busy cores are judged against the run's own baseline. Where the baseline
-windows seldom have them (at most BUSY_USUAL_SHARE), busy cores in the spikes are
-the evidence, whether or not the server's run delay tripled: a neighbour at the
-server's own priority takes only a fair share from a multi-threaded server, and
-its run delay rises 1.5-2x. On a host that someone else keeps busy all run, the
-cores are saturated in every window; there the signature also needs the server
-to wait for a CPU beyond its baseline's spread (its threads' run delay from
-schedstat) or, where that is not recorded, to be preempted beyond it per
-CPU-second it gets (`server_starved`).
+Where the server's run delay is recorded (schedstat: time its threads were
+runnable but not running), it is the gate: the run delay clears its baseline's
+spread (`base.server_waited`), however many cores are full. A neighbour on a
+quarter of a 16-core server never fills 75 % of the cores, but the server's
+threads that land on its cores wait. Busy cores stay evidence, and a second way
+in: where the baseline windows seldom have them (at most BUSY_USUAL_SHARE), busy
+cores in the spikes are the evidence themselves wherever the run delay rose at
+all (a neighbour at the server's own priority takes only a fair share from a
+multi-threaded server: 1.5-2x, within a noisy baseline's spread). Without the
+run delay, busy cores gate as before: on a host busy all run the server must
+also be preempted beyond its baseline's spread per CPU-second it gets
+(`server_starved`).
+
+Left out: windows where arrivals rise above their baseline, and the few after
+them (the server working through a burst waits for its own threads), windows
+where another model on the same server works more (`base.other_models_rose`:
+model contention's; its threads are the server's too), windows where the
+server's cgroup quota binds (`base.quota_throttled`: its quota, not the host, is
+what it waits for), and a completion gap's windows and the one after it unless
+the cores were saturated and the server starved there (a stopped server is not
+runnable; its catch-up after SIGCONT waits up to 1.5x its usual time).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from loadkit.analysis.align import NS, WindowGrid
 from loadkit.analysis.causes.base import (
     BUSY_CORES_SHARE,
-    CGROUP_THROTTLED_PCT,
     Cause,
     Signals,
     Signature,
@@ -38,9 +47,13 @@ from loadkit.analysis.causes.base import (
     mean,
     median,
     need,
+    other_models_rose,
     outside_server_ms,
+    quota_throttled,
     server_starved,
+    server_waited,
 )
+from loadkit.analysis.gaps import min_gap_s
 from loadkit.analysis.model import CAUSE_CPU_SATURATION, Evidence
 
 ARRIVALS_RISE = 1.25  # arrivals this far above baseline: a burst, not a neighbour
@@ -69,6 +82,19 @@ def _after_bursts(rise: np.ndarray, in_flight: np.ndarray, usual: float | None) 
     return out
 
 
+def _stopped(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
+    """A completion gap's windows (a process stall's) and the one after each: its catch-up."""
+    if sig.gaps is None:
+        return None
+    grid = WindowGrid(int(sig.starts_ns[0]), int(round(sig.window_s * NS)), sig.n)
+    gap = sig.gaps.longer_than(min_gap_s(median(sig.service_p50_ms, baseline))).longest_per_window(
+        grid
+    )
+    out = gap > 0
+    out[1:] |= out[:-1].copy()
+    return out
+
+
 @assessed(CAUSE_CPU_SATURATION)
 def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     cause = CAUSE_CPU_SATURATION
@@ -79,24 +105,38 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     )
     busy = busy_cores(sig)
     assert busy is not None
-    cond = np.nan_to_num(busy, nan=0.0) >= BUSY_CORES_SHARE
-    usual = float(np.mean(cond[baseline])) if baseline.any() else 0.0
+    full = np.nan_to_num(busy, nan=0.0) >= BUSY_CORES_SHARE
+    usual = float(np.mean(full[baseline])) if baseline.any() else 0.0
+    waited = server_waited(sig, baseline)
     starved = server_starved(sig, baseline)
-    if starved is not None and usual > BUSY_USUAL_SHARE:
-        cond &= np.nan_to_num(starved, nan=0.0) > 0
-    elif host.server_run_delay_ms_per_s is not None:
-        # Busy cores where the server's threads waited no longer than usual: its own
-        # work (a backlog after a stop), not a neighbour's.
-        delay = host.server_run_delay_ms_per_s
-        usual_delay = median(delay, baseline)
-        if usual_delay is not None:
-            cond &= ~(np.nan_to_num(delay, nan=np.inf) <= usual_delay)
+    delay = host.server_run_delay_ms_per_s
+    if waited is not None:
+        # The gate: the server's threads waited beyond their baseline's spread.
+        cond = np.nan_to_num(waited, nan=0.0) > 0
+        if usual <= BUSY_USUAL_SHARE and delay is not None:
+            # Busy cores unusual for the run, where the server waited longer than its
+            # median: not its own work (a backlog after a stop), a neighbour's.
+            usual_delay = median(delay, baseline)
+            cond |= full & ~(np.nan_to_num(delay, nan=np.inf) <= (usual_delay or 0.0))
+        elif starved is not None:  # a host busy all along: saturated cores and a wait
+            cond |= np.nan_to_num(starved, nan=0.0) > 0
+    elif starved is not None and usual > BUSY_USUAL_SHARE:
+        cond = np.nan_to_num(starved, nan=0.0) > 0
+    else:
+        cond = full
     offered_base = median(sig.offered_rps, baseline)
     if offered_base:
         rise = np.nan_to_num(sig.offered_rps, nan=0.0) >= ARRIVALS_RISE * offered_base
         cond &= ~_after_bursts(rise, sig.in_flight, median(sig.in_flight, baseline))
-    if host.has_cgroup:
-        cond &= np.nan_to_num(host.cgroup_throttled_pct, nan=0.0) < CGROUP_THROTTLED_PCT
+    cond &= ~other_models_rose(sig, baseline)
+    throttled = quota_throttled(host, baseline)
+    if throttled is not None:
+        cond &= ~(np.nan_to_num(throttled, nan=0.0) > 0)
+    stopped = _stopped(sig, baseline)
+    if stopped is not None:
+        if starved is not None:  # saturated cores and a server kept waiting: starvation's gap
+            stopped &= ~(np.nan_to_num(starved, nan=0.0) > 0)
+        cond &= ~stopped
     holds = flag(cond, busy)
     outside = outside_server_ms(sig)
 

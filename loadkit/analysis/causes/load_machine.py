@@ -2,9 +2,9 @@
 
 Read from the telemetry sampled on a load machine (`client_series`): its cores
 saturated (>= BUSY_CORES_SHARE of them at >= 95 %) or its container throttled
-(loadkit's own cgroup: the host series' process part without --server-pid) in
->= max(CGROUP_THROTTLED_PCT, 2x baseline) of its CFS periods, the thresholds the
-server's CPU causes are found by. Scored like every episode cause: it explains a
+(loadkit's own cgroup: the host series' process part without --server-pid) beyond
+its baseline's spread (`quota_throttled`), the rules the server's CPU causes are
+found by. Scored like every episode cause: it explains a
 spike where it holds in the spike (or just before it) and seldom in baseline
 windows. A load machine busy all run long coincides with every window and is
 left to the generator's own check (the `generator_behind` alert).
@@ -27,7 +27,7 @@ import numpy as np
 
 from loadkit.analysis.causes.base import (
     BUSY_CORES_SHARE,
-    CGROUP_THROTTLED_PCT,
+    CGROUP_THROTTLED_FLOOR_PCT,
     EPISODIC,
     Cause,
     Signals,
@@ -41,6 +41,7 @@ from loadkit.analysis.causes.base import (
     maximum,
     mean,
     median,
+    quota_throttled,
 )
 from loadkit.analysis.model import Evidence
 from loadkit.analysis.places import CLIENT_SIDE, part_place, series_at
@@ -112,11 +113,10 @@ def _signs(
     conditions = []
     if busy is not None:
         conditions.append(("cores busy", busy >= BUSY_CORES_SHARE, busy, busy))
-    if throttled is not None:
-        usual = median(throttled, baseline) or 0.0
-        at_least = max(CGROUP_THROTTLED_PCT, 2.0 * usual)
+    capped = quota_throttled(host, baseline)
+    if throttled is not None and capped is not None:
         conditions.append(
-            ("container throttled", throttled >= at_least, throttled, throttled / 100)
+            ("container throttled", np.nan_to_num(capped, nan=0.0) > 0, throttled, throttled / 100)
         )
     for what, cond, values, scaled in conditions:
         seen = ~np.isnan(values)
@@ -243,7 +243,7 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
     throttled = ev(e, "load_machine_throttled_periods_in_episodes")
     cores = ev(e, "load_machine_cores_at_95pct_in_episodes")
     # Each sign that held in the spikes (both where neither did on average).
-    capped = throttled is not None and throttled >= CGROUP_THROTTLED_PCT
+    capped = throttled is not None and throttled >= CGROUP_THROTTLED_FLOOR_PCT
     usual_cores = ev(e, "load_machine_cores_at_95pct_baseline")
     # Cores as busy in baseline as in the spikes are the run's, not the spikes' (a note says so).
     busy = (

@@ -26,10 +26,10 @@ from loadkit.analysis.causes.base import (
     material,
     mean,
     median,
+    model_rises,
     need,
 )
 from loadkit.analysis.model import Evidence
-from loadkit.analysis.noise import above_spread
 from loadkit.analysis.telemetry import ModelActivity
 
 CAUSE_MODEL_CONTENTION = "model_contention"
@@ -37,21 +37,8 @@ CAUSE_MODEL_CONTENTION = "model_contention"
 # batch size (the compute residual's bar: a model slowed by a neighbour shows what one
 # slowed by itself does).
 COMPUTE_INFLATION = 1.3
-# Another model's compute per second rises when it clears its baseline's spread and is
-# this many times its baseline median (`noise.above_spread`) ...
-RISE_FLOOR = 1.5
-# ... and where that model was idle in the baseline (no spread to judge by), when it holds
-# at least this many ms of compute per second (2 % of the accelerator).
-IDLE_BASELINE_BUSY_MS_PER_S = 20.0
-
-
-def rises(busy_ms_per_s: np.ndarray, baseline: np.ndarray) -> np.ndarray:
-    """Per window: a model's compute per second rose above its own baseline (NaN unknown)."""
-    spread = above_spread(busy_ms_per_s, baseline, RISE_FLOOR)
-    if spread is not None:
-        return spread
-    floor = IDLE_BASELINE_BUSY_MS_PER_S
-    return flag(np.nan_to_num(busy_ms_per_s, nan=0.0) >= floor, busy_ms_per_s)
+# Another model rose where its compute per second clears its baseline's spread
+# (`base.model_rises`, which CPU saturation reads too).
 
 
 def _busiest_riser(
@@ -75,7 +62,9 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
         "fewer than 3 baseline windows with Triton statistics to fit compute per batch",
     )
     others = tr.others
-    risen = np.vstack([np.nan_to_num(rises(o.compute_ms_per_s, baseline)) for o in others.values()])
+    risen = np.vstack(
+        [np.nan_to_num(model_rises(o.compute_ms_per_s, baseline)) for o in others.values()]
+    )
     busy = np.nansum([o.compute_ms_per_s for o in others.values()], axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         excess_ms = tr.batch_compute_ms - tr.batch_compute_ms / inflation

@@ -15,7 +15,6 @@ import numpy as np
 from loadkit.analysis.align import NS
 from loadkit.analysis.causes.base import (
     BUSY_CORES_SHARE,
-    CGROUP_THROTTLED_PCT,
     Cause,
     Signals,
     Signature,
@@ -25,6 +24,7 @@ from loadkit.analysis.causes.base import (
     mean,
     median,
     na,
+    quota_throttled,
     server_starved,
 )
 from loadkit.analysis.gaps import min_gap_s
@@ -79,10 +79,9 @@ def _gap_signature(sig: Signals, baseline: np.ndarray) -> Signature:
         busy = np.nan_to_num(host.busy_core_frac, nan=0.0) >= BUSY_CORES_SHARE
         if (median(host.busy_core_frac, baseline) or 0.0) < BUSY_CORES_SHARE:
             starved |= busy
-    if host is not None and host.has_cgroup:
-        throttled = np.nan_to_num(host.cgroup_throttled_pct, nan=0.0) >= CGROUP_THROTTLED_PCT
-        if (median(host.cgroup_throttled_pct, baseline) or 0.0) < CGROUP_THROTTLED_PCT:
-            starved |= throttled
+    throttled = None if host is None else quota_throttled(host, baseline)
+    if throttled is not None:  # beyond the run's own throttling: cgroup_throttling's
+        starved |= np.nan_to_num(throttled, nan=0.0) > 0
     starved &= longest > 0
     holds[starved] = 0.0
     lengths = (gaps.spans_ns[:, 1] - gaps.spans_ns[:, 0]) / NS if len(gaps.spans_ns) else None
