@@ -115,6 +115,23 @@ def test_a_neighbour_on_one_core_of_sixteen_is_judged_by_the_servers_run_delay()
     assert "waited 72 ms per second for a CPU" in text, text
 
 
+def test_a_run_delay_alone_that_rose_less_than_threefold_is_at_most_weak():
+    # GIVEN the server's threads waiting 1.8x their usual 40 ms/s in the fault's windows,
+    # no core newly pinned: a noisy signal on a shared host (a clean run reached 1.9x)
+    rng = np.random.default_rng(3)
+    delay = 40.0 * rng.uniform(0.9, 1.1, N)
+    s = cpu_saturation.signature(_waiting(_signals(N), delay, FAULT, 72.0), BASE)
+    # THEN it holds there, but its finding can be no more than weak
+    assert _fires(s) == FAULT and s.max_confidence == "weak"
+    # ... while 5x the usual wait, or a core newly pinned beside 1.8x, stands for itself
+    s = cpu_saturation.signature(_waiting(_signals(N), delay, FAULT, 200.0), BASE)
+    assert _fires(s) == FAULT and s.max_confidence is None
+    sig = _waiting(_signals(N), delay, FAULT, 72.0, busy=0.0)
+    sig.host.busy_core_frac[FAULT] = 1 / 16
+    s = cpu_saturation.signature(sig, BASE)
+    assert _fires(s) == FAULT and s.max_confidence is None
+
+
 def test_a_run_delay_inside_a_noisy_baselines_spread_is_not_cpu_saturation():
     # GIVEN the server's threads waiting 20-100 ms/s window to window all run long (other
     # work comes and goes), and 100 ms/s in the "fault" windows: inside the spread
