@@ -122,7 +122,8 @@ def _reason_bits(frame: pd.DataFrame) -> np.ndarray | None:
     if mask is not None:
         return np.nan_to_num(mask, nan=0).astype(np.int64)
     names = REASON_COLUMNS
-    present = [n for n in names if n in frame.columns]
+    # a column NVML answered "not supported" for is all null: no bits read, not "no bit set"
+    present = [n for n in names if n in frame.columns and frame[n].notna().any()]
     if not present:
         return None
     bits = np.zeros(len(frame), dtype=np.int64)

@@ -160,6 +160,20 @@ def test_several_gpus_read_the_reasons_of_the_gpu_whose_clock_fell():
     assert gpu.thermal_reason[1] == 1.0 and gpu.power_reason[1] == 0.0
 
 
+def test_reason_columns_nvml_could_not_read_are_no_bits_not_zero_bits():
+    from loadkit.analysis.telemetry import align_gpu
+
+    # GIVEN a GPU whose NVML answered "not supported" for the reasons: every reason column
+    # is there, and null in every row (the sampler records what it could not read as null)
+    grid = make_grid(T0, T0 + 2 * NS, 1.0)
+    nulls = {"clocks_event_reasons": [None] * 2, "reason_sw_power_cap": [None] * 2}
+    gpu = align_gpu(pd.DataFrame(_gpu_rows(0, [2000, 1500], **nulls)), grid)
+    assert gpu is not None
+    # THEN the analysis knows no bits were read (and judges by power and temperature),
+    # instead of reading "no reason at all" for a clock that fell
+    assert gpu.has_reasons is False
+
+
 def test_moving_to_another_cgroup_is_not_a_throttling_burst():
     grid = make_grid(T0, T0 + 4 * NS, 1.0)
     frame = pd.DataFrame(

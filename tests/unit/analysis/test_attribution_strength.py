@@ -141,6 +141,26 @@ def test_rank_findings_leaves_a_residual_of_other_episodes_alone():
     assert np.isfinite(ranked[0].coincidence)
 
 
+def test_rank_findings_leaves_a_residual_mostly_of_other_episodes_alone():
+    # GIVEN a strong residual over seven episodes, and a weak cause in three of them
+    seven = tuple(f"e{i}" for i in range(1, 8))
+    residual = _finding("unexplained_client_network_slowdown", "strong", seven)
+    cpu = _finding("cpu_saturation", "weak", seven[:3])
+    # THEN the cause does not explain where the residual's time went: it keeps its place
+    ranked = attribution.rank_findings([cpu, residual])
+    assert [(f.cause, f.confidence) for f in ranked] == [
+        ("unexplained_client_network_slowdown", "strong"),
+        ("cpu_saturation", "weak"),
+    ]
+    # ... while a cause in four of the seven (at least half) still ranks it after itself
+    cpu = _finding("cpu_saturation", "weak", seven[:4])
+    ranked = attribution.rank_findings([cpu, residual])
+    assert [(f.cause, f.confidence) for f in ranked] == [
+        ("cpu_saturation", "weak"),
+        ("unexplained_client_network_slowdown", "weak"),
+    ]
+
+
 def test_no_change_is_judged_against_the_baseline_spread_not_a_fixed_tolerance(tmp_path):
     from loadkit.analysis import pipeline
     from loadkit.analysis.causes import get
