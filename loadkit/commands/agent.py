@@ -125,8 +125,9 @@ def run(args: argparse.Namespace) -> int:
             hint="another agent on that port? --port 0 takes any free one",
         ) from exc
     watched = f"server PID {args.server_pid}" if args.server_pid else "no server PID"
-    print(f"loadkit agent: serving {server.url} ({watched}, GPU: {gpu_said})", flush=True)
     try:
+        # inside the try: a Ctrl-C right after this line is read is a clean stop
+        print(f"loadkit agent: serving {server.url} ({watched}, GPU: {gpu_said})", flush=True)
         with lifeline.stop_signals():
             server.serve_forever(poll_interval=0.5)
     except KeyboardInterrupt:

@@ -203,8 +203,9 @@ def run(args: argparse.Namespace) -> int:
             if args.smoke:
                 return _smoke(server)
             _print_banner(server, args)
-            print("Press Ctrl-C to stop.", flush=True)
             try:
+                # inside the try: a Ctrl-C right after the prompt is read is a clean stop
+                print("Press Ctrl-C to stop.", flush=True)
                 while server.running:
                     time.sleep(0.5)
             except KeyboardInterrupt:
