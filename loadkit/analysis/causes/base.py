@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from loadkit.analysis.align import make_grid
-from loadkit.analysis.gaps import CompletionGaps
+from loadkit.analysis.align import NS, WindowGrid, make_grid
+from loadkit.analysis.gaps import CompletionGaps, min_gap_s
 from loadkit.analysis.model import Evidence, Finding, SeriesPlace
 from loadkit.analysis.noise import EFFECT_MOVED, above_spread
 from loadkit.analysis.places import CLIENT_SIDE, SERVER_SIDE, sources_at
@@ -542,6 +542,23 @@ def other_models_rose(sig: Signals, baseline: np.ndarray) -> np.ndarray:
         np.nan_to_num(model_rises(o.compute_ms_per_s, baseline)) > 0 for o in tr.others.values()
     ]
     return np.logical_or.reduce(risen)
+
+
+def stall_gaps(
+    sig: Signals, baseline: np.ndarray
+) -> tuple[CompletionGaps, np.ndarray, float] | None:
+    """The completion gaps long enough to be a stop, the longest of them per window (0:
+    none) and that length (`gaps.min_gap_s` of the run's median service time); None
+    without gaps.
+
+    One rule for process_stall, which names them, and cpu_saturation, which leaves them out.
+    """
+    if sig.gaps is None:
+        return None
+    grid = WindowGrid(int(sig.starts_ns[0]), int(round(sig.window_s * NS)), sig.n)
+    threshold = min_gap_s(median(sig.service_p50_ms, baseline))
+    gaps = sig.gaps.longer_than(threshold)
+    return gaps, gaps.longest_per_window(grid), threshold
 
 
 def server_starved(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadkit.analysis.align import NS, WindowGrid
 from loadkit.analysis.causes.base import (
     BUSY_CORES_SHARE,
     Cause,
@@ -52,8 +51,8 @@ from loadkit.analysis.causes.base import (
     quota_throttled,
     server_starved,
     server_waited,
+    stall_gaps,
 )
-from loadkit.analysis.gaps import min_gap_s
 from loadkit.analysis.model import CAUSE_CPU_SATURATION, Evidence
 from loadkit.analysis.noise import above_spread
 
@@ -66,8 +65,8 @@ BUSY_USUAL_SHARE = 0.1
 # Where only the run delay rose (no saturated cores, no starvation, no core newly pinned
 # at >= 95 % beyond its baseline's spread and in at least PINNED_AT_LEAST of the samples,
 # in any window where the signature holds), the finding is at most weak unless the run
-# delay in those windows
-# is at least this many times its baseline median: a run delay is noisy on a shared host,
+# delay in those windows is at least this many times its baseline median: a run delay is
+# noisy on a shared host,
 # and a wrong cause at moderate is worse than a weak one. Seen while tuning (session 17,
 # seeds 35-39 re-scored): clean s35 1.9x, a power cap's s38 1.6x, a burst's own backlog
 # 2.6x; a neighbour at nice -10 7-27x (seeds 11-12).
@@ -97,13 +96,10 @@ def _after_bursts(rise: np.ndarray, in_flight: np.ndarray, usual: float | None) 
 
 def _stopped(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
     """A completion gap's windows (a process stall's) and the one after each: its catch-up."""
-    if sig.gaps is None:
+    stalls = stall_gaps(sig, baseline)
+    if stalls is None:
         return None
-    grid = WindowGrid(int(sig.starts_ns[0]), int(round(sig.window_s * NS)), sig.n)
-    gap = sig.gaps.longer_than(min_gap_s(median(sig.service_p50_ms, baseline))).longest_per_window(
-        grid
-    )
-    out = gap > 0
+    out = stalls[1] > 0
     out[1:] |= out[:-1].copy()
     return out
 

@@ -26,8 +26,8 @@ from loadkit.analysis.causes.base import (
     na,
     quota_throttled,
     server_starved,
+    stall_gaps,
 )
-from loadkit.analysis.gaps import min_gap_s
 from loadkit.analysis.model import CAUSE_PROCESS_STALL, Evidence
 
 LEAD_WINDOWS = 2
@@ -47,14 +47,9 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
 
 
 def _gap_signature(sig: Signals, baseline: np.ndarray) -> Signature:
-    assert sig.gaps is not None
-    from loadkit.analysis.align import WindowGrid
-
-    grid = WindowGrid(int(sig.starts_ns[0]), int(round(sig.window_s * NS)), sig.n)
-    service = median(sig.service_p50_ms, baseline)
-    threshold = min_gap_s(service)
-    gaps = sig.gaps.longer_than(threshold)
-    longest = gaps.longest_per_window(grid)
+    stalls = stall_gaps(sig, baseline)
+    assert stalls is not None
+    gaps, longest, threshold = stalls
     holds = (longest > 0).astype(float)
     generator_windows = np.zeros(sig.n, dtype=bool)
     if sig.dispatch_lag_ms is not None:
