@@ -12,7 +12,6 @@ a bounded length. The client latencies come back for the profile's overhead.
 from __future__ import annotations
 
 import http.client
-import json
 import threading
 import time
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ from urllib.parse import quote, urlsplit
 
 from loadkit.errors import TargetError
 from loadkit.load.sources import InferRequest, RequestPlan, build_source
+from loadkit.load.transports import kserve_v2_json_bytes
 
 REQUEST_TIMEOUT_S = 10.0
 
@@ -42,17 +42,8 @@ class ClosedLoopResult:
 
 
 def json_body(request: InferRequest) -> bytes:
-    """The request as KServe v2 JSON tensors (no binary extension needed)."""
-    if request.body is not None:
-        return request.body
-    inputs = [
-        {"name": n, "datatype": d, "shape": list(a.shape), "data": a.reshape(-1).tolist()}
-        for n, d, a in request.inputs
-    ]
-    body: dict[str, Any] = {"inputs": inputs}
-    if request.outputs:
-        body["outputs"] = [{"name": o} for o in request.outputs]
-    return json.dumps(body).encode("utf-8")
+    """The request as KServe v2 JSON tensors (no binary extension needed), as Locust sends it."""
+    return request.body if request.body is not None else kserve_v2_json_bytes(request)
 
 
 def run_closed_loop(
