@@ -111,8 +111,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target", required=True, help="server URL: http://host:port (HTTP) or host:port (gRPC)"
     )
-    parser.add_argument("--model", help="model name (default: the server's only model)")
     add_search_options(parser, slo_required=True)
+    options.add_request_options(parser)
     options.add_overrides(
         parser, "a request parameter (protocol, users, spacing, candidates, batch_size, ...)"
     )
@@ -183,19 +183,17 @@ def search_capacity(
     extra_manifest: dict[str, Any] | None = None,
 ) -> tuple[Path, bool]:
     """One capacity run (the search inside one LoadRun); (its directory, interrupted)."""
-    from loadkit.commands.options import parse_overrides
+    from loadkit.commands.options import scenario_params
     from loadkit.load.catalog import scenario_dir
     from loadkit.load.orchestrator import LoadRun, RunOptions, TelemetryOptions
     from loadkit.load.search import CapacitySearch, SearchStopped
 
     settings = settings_from(args)
-    params: dict[str, Any] = parse_overrides(args.overrides)
+    params: dict[str, Any] = scenario_params(args)
     for reserved in ("max_rate", "max_duration_s", "idle_rate"):
         if reserved in params:
             raise UsageError(f"--set {reserved} is set by loadkit capacity itself")
     params.update(max_rate=str(settings.max_rps), max_duration_s=str(args.max_duration + 60))
-    if args.model:
-        params["model"] = args.model
     http = args.target.startswith(("http://", "https://"))
     options = RunOptions(
         seed=args.seed,

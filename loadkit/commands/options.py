@@ -41,3 +41,63 @@ def add_server_host(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -
     from loadkit.placement import SERVER_HOST_CHOICES, SERVER_HOST_HELP
 
     parser.add_argument("--server-host", choices=SERVER_HOST_CHOICES, help=SERVER_HOST_HELP)
+
+
+def add_request_options(parser: argparse.ArgumentParser) -> None:
+    """What to send (`--model`, `--shape`, `--input-data`, ...): every command that loads a model.
+
+    One group, so that the hint of a request error ("give --shape ...") holds for
+    `run`, `capacity`, `sweep` and `tune` alike.
+    """
+    req = parser.add_argument_group(
+        "requests (default: built from the model's metadata and config on the server)"
+    )
+    req.add_argument("--model", help="model name (default: the server's only model)")
+    req.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME:D1,D2",
+        help="dimensions for an input with variable (-1) dims, batch excluded (repeatable)",
+    )
+    req.add_argument(
+        "--int-range",
+        action="append",
+        default=[],
+        metavar="NAME:LO,HI",
+        help="inclusive range of an integer input's synthetic values (default 0,99; repeatable)",
+    )
+    req.add_argument(
+        "--string-length", type=int, metavar="N", help="length of synthetic BYTES strings (16)"
+    )
+    req.add_argument(
+        "--input-data",
+        metavar="FILE",
+        help="real data: perf_analyzer's input-data JSON, or (protocol json) JSON Lines bodies",
+    )
+    req.add_argument(
+        "--batch-size", type=int, metavar="N", help="rows per request (max_batch_size > 0; 1)"
+    )
+
+
+def request_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """The request flags as scenario parameters (the same names `--set` takes)."""
+    out: dict[str, str] = {}
+    if args.model:
+        out["model"] = args.model
+    if args.shape:
+        out["shape"] = " ".join(args.shape)
+    if args.int_range:
+        out["int_range"] = " ".join(args.int_range)
+    if args.string_length is not None:
+        out["string_length"] = str(args.string_length)
+    if args.input_data:
+        out["input_data"] = args.input_data
+    if args.batch_size is not None:
+        out["batch_size"] = str(args.batch_size)
+    return out
+
+
+def scenario_params(args: argparse.Namespace) -> dict[str, str]:
+    """`--set` and the request flags as one set of scenario parameters (a flag wins)."""
+    return {**parse_overrides(args.overrides), **request_overrides(args)}

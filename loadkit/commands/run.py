@@ -158,35 +158,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     )
     options.add_seed_and_output(parser, default_name="time + scenario")
     options.add_overrides(parser, "set a scenario parameter (repeatable)")
-    req = parser.add_argument_group(
-        "requests (default: built from the model's metadata and config on the server)"
-    )
-    req.add_argument("--model", help="model name (default: the server's only model)")
-    req.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME:D1,D2",
-        help="dimensions for an input with variable (-1) dims, batch excluded (repeatable)",
-    )
-    req.add_argument(
-        "--int-range",
-        action="append",
-        default=[],
-        metavar="NAME:LO,HI",
-        help="inclusive range of an integer input's synthetic values (default 0,99; repeatable)",
-    )
-    req.add_argument(
-        "--string-length", type=int, metavar="N", help="length of synthetic BYTES strings (16)"
-    )
-    req.add_argument(
-        "--input-data",
-        metavar="FILE",
-        help="real data: perf_analyzer's input-data JSON, or (protocol json) JSON Lines bodies",
-    )
-    req.add_argument(
-        "--batch-size", type=int, metavar="N", help="rows per request (max_batch_size > 0; 1)"
-    )
+    options.add_request_options(parser)
     guard = parser.add_argument_group("guard")
     guard.add_argument(
         "--max-unreachable",
@@ -273,24 +245,6 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def request_overrides(args: argparse.Namespace) -> dict[str, str]:
-    """The request flags as scenario parameters (the same names `--set` takes)."""
-    out: dict[str, str] = {}
-    if args.model:
-        out["model"] = args.model
-    if args.shape:
-        out["shape"] = " ".join(args.shape)
-    if args.int_range:
-        out["int_range"] = " ".join(args.int_range)
-    if args.string_length is not None:
-        out["string_length"] = str(args.string_length)
-    if args.input_data:
-        out["input_data"] = args.input_data
-    if args.batch_size is not None:
-        out["batch_size"] = str(args.batch_size)
-    return out
-
-
 def _stats_url(choice: str, target: str) -> str | None:
     if choice == "none":
         return None
@@ -356,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--serve-metrics {args.serve_metrics}: not a TCP port (0..65535)")
     workers = _workers(args)
     scenario = resolve_scenario(args.scenario)
-    params = {**options.parse_overrides(args.overrides), **request_overrides(args)}
+    params = options.scenario_params(args)
     telemetry = TelemetryOptions(
         enabled=not args.no_telemetry,
         gpu=args.gpu,

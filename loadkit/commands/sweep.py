@@ -64,7 +64,6 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "scenario", nargs="?", help="a built-in scenario (e.g. soak, burst_2x) or a locustfile"
     )
     parser.add_argument("--target", help="Triton's HTTP URL, e.g. http://127.0.0.1:8000")
-    parser.add_argument("--model", help="model name (default: the server's only model)")
     parser.add_argument(
         "--vary",
         action="append",
@@ -74,6 +73,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "preferred_batch_size, max_batch_size, instances",
     )
     options.add_overrides(parser, "a scenario parameter, the same at every point (repeatable)")
+    options.add_request_options(parser)
     parser.add_argument("--duration", type=float, help="run length per point in seconds")
     parser.add_argument(
         "--warmup",
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     from loadkit.decide import sweep
 
     scenario, vary = _checked(args)
-    params = options.parse_overrides(args.overrides)
+    params = options.scenario_params(args)
     from loadkit.kserve.repository import ModelRepository
     from loadkit.load.orchestrator import check_reachable
 

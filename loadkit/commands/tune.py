@@ -62,7 +62,6 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target", required=True, help="Triton's HTTP URL, e.g. http://127.0.0.1:8000"
     )
-    parser.add_argument("--model", help="model name (default: the server's only model)")
     parser.add_argument(
         "--space",
         action="append",
@@ -86,6 +85,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="seconds per closed-loop step of the profile (default 3)",
     )
     options.add_overrides(parser, "a scenario parameter (repeatable)")
+    options.add_request_options(parser)
     options.add_seed_and_output(parser, directory="tune directory", default_name="time + tune")
     parser.add_argument("--gpu", choices=("auto", "nvml", "sim", "none"), default="auto")
     from loadkit.commands.capacity import add_search_options
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--verify must be >= 0 and --profile-step > 0")
     search = settings_from(args)  # a bad search option fails before the server is touched
     slo = tune.Slo(search.slo_percentile, search.slo_ms)
-    params = options.parse_overrides(args.overrides)
+    params = options.scenario_params(args)
     common = {k: v for k, v in params.items() if k in COMMON_PARAMS}
     scenario = resolve_scenario(args.scenario)
     check_reachable(args.target)
