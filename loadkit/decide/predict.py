@@ -1,22 +1,23 @@
 """Triton's dynamic batcher simulated from a batch profile (SimPy): latency and capacity
 of a configuration without running it.
 
-The model (docs/capacity.md, "`loadkit tune`"): requests arrive at the
-scenario's intended times and wait in one queue. The batcher forms a batch
-(a payload): at once when max_batch_size requests (or a preferred size) wait
-or when there is no queue delay, otherwise when the oldest request has waited
-max_queue_delay_us or the batch fills, whichever comes first. A formed batch
-waits for a free instance, and while it waits it keeps taking the requests
-that arrive, at once, until it is full (Triton's DynamicBatchScheduler grows
-its current payload until an instance picks it up or it saturates); only
-full batches queue behind one another, up to two per instance (the rate
-limiter's cap on queued payloads). So under load a batch holds what arrived
-during the execution before it, and a request waits about half an execution,
-not behind whole formed batches. With a queue delay, once the batcher has
-waited one out, an arrival wakes it only when the queue holds a preferred
-batch (Triton fills an empty preferred list with max_batch_size): the others
-wait for the next payload, which starts when an instance picks this one up. A batch of b runs on one instance for the
-profile's compute at b for that instance count. Each request's latency is
+The model (docs/capacity.md, "`loadkit tune`"), after Triton core's
+DynamicBatchScheduler::GetDynamicBatch: requests arrive at the scenario's
+intended times and wait in one queue. With no queue delay, or once the oldest
+queued request has waited max_queue_delay_us, the batcher takes what waits, up
+to max_batch_size. Before that it takes the largest preferred size the queue
+holds (an empty preferred list is max_batch_size), and otherwise waits; an
+arrival wakes it only when the queue reaches the next preferred size. A formed
+batch (a payload) waits for a free instance, and while it waits it keeps
+growing by the same rules until it reaches the largest preferred size (it is
+saturated) or an instance picks it up; only saturated batches queue behind one
+another, up to two per instance (the rate limiter's cap on queued payloads).
+So under load a batch holds what arrived during the execution before it, and
+a request waits about half an execution, not behind whole formed batches.
+With preferred sizes [4, 8], a batch of requests younger than the delay stops
+at 8; requests older than it go together up to max_batch_size.
+A batch of b runs on one instance for the profile's compute at b for that
+instance count. Each request's latency is
 its wait, its batch's compute and one draw of the measured overhead (HTTP,
 client, network, compute jitter).
 
@@ -58,18 +59,27 @@ class Config:
     max_batch_size: int
     max_queue_delay_us: int = 0
     instances: int = 1
-    preferred_batch_size: int | None = None
+    preferred_batch_sizes: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, settings: Mapping[str, Any], defaults: Mapping[str, Any]) -> Config:
+        """A point of the space over the server's own configuration (`defaults`).
+
+        A point that sets `preferred_batch_size` (a sweep's one value) replaces the
+        list; otherwise the configuration's whole list (`preferred_batch_sizes`) holds.
+        """
         merged = {**{k: v for k, v in defaults.items() if v is not None}, **settings}
+        if settings.get("preferred_batch_size"):
+            preferred: Sequence[Any] = [settings["preferred_batch_size"]]
+        else:
+            listed = merged.get("preferred_batch_sizes")
+            one = merged.get("preferred_batch_size")
+            preferred = listed if listed else [one] if one else []
         return cls(
             max_batch_size=max(1, int(merged.get("max_batch_size") or 1)),
             max_queue_delay_us=int(merged.get("max_queue_delay_us") or 0),
             instances=max(1, int(merged.get("instances") or 1)),
-            preferred_batch_size=(
-                int(merged["preferred_batch_size"]) if merged.get("preferred_batch_size") else None
-            ),
+            preferred_batch_sizes=tuple(sorted({int(p) for p in preferred})),
         )
 
 
@@ -124,8 +134,10 @@ class _Batcher:
         self.done = np.full(len(arrivals), np.nan)
         self.batches: dict[int, int] = {}
         self.wake_at = 0  # queued requests that make an arrival wake the batcher
-        preferred = config.preferred_batch_size
-        self.preferred = preferred if preferred and preferred <= config.max_batch_size else None
+        top = config.max_batch_size
+        # Triton refuses a preferred size above the max, and fills an empty list with the max
+        self.preferred = [p for p in config.preferred_batch_sizes if 0 < p <= top] or [top]
+        self.max_preferred = self.preferred[-1]
 
     def _signal(self) -> None:
         if not self.wake.triggered:
@@ -139,37 +151,32 @@ class _Batcher:
             if len(self.queue) >= self.wake_at:
                 self._signal()
 
-    def _ready_size(self) -> int:
-        """How many to take now into a new payload (0: keep waiting)."""
-        n = len(self.queue)
-        top = self.config.max_batch_size
-        if n >= top:
-            return top
-        if self.preferred is not None and n >= self.preferred:
-            return self.preferred
+    def _delay_over(self) -> bool:
+        """No queue delay, or the oldest queued request has waited it out."""
         if self.delay_s <= 0:
-            return n
+            return True
+        return self.env.now >= self.arrivals[self.queue[0]] + self.delay_s - 1e-12
+
+    def _take(self, size: int) -> int:
+        """How many queued requests a payload of `size` takes now (0: keep waiting)."""
+        n = len(self.queue)
+        if self._delay_over():
+            return min(n, self.config.max_batch_size - size)
+        reachable = [p for p in self.preferred if size < p <= size + n]
+        return reachable[-1] - size if reachable else 0
+
+    def _saturated(self, size: int) -> bool:
+        """A payload this big takes no more: it reached the largest preferred size."""
+        return size >= self.max_preferred
+
+    def _wait(self, size: int) -> Any:
+        """Wait out the delay; an arrival wakes the batcher once a preferred size is queued."""
+        above = [p for p in self.preferred if p > size + len(self.queue)]
+        self.wake_at = max(1, (above[0] if above else self.preferred[0]) - size)
         oldest = self.arrivals[self.queue[0]]
-        if self.env.now >= oldest + self.delay_s - 1e-12:
-            return n
-        return 0
-
-    def _full(self, size: int) -> bool:
-        """A payload this big takes no more (a preferred size goes as it is)."""
-        return size >= self.config.max_batch_size or (
-            self.preferred is not None and size >= self.preferred
-        )
-
-    def _grow(self, payload: _Payload) -> None:
-        """The waiting payload takes the queued requests at once, up to full."""
-        top = self.config.max_batch_size
-        if self.preferred is not None and len(payload.members) < self.preferred:
-            top = self.preferred
-        while self.queue and len(payload.members) < top:
-            payload.members.append(self.queue.popleft())
-        payload.saturated = self._full(len(payload.members))
-        if payload.saturated:
-            self.wake_at = 0
+        yield self.wake | self.env.timeout(max(0.0, oldest + self.delay_s - self.env.now))
+        if self.wake.triggered:
+            self.wake = self.env.event()
 
     def batch(self) -> Any:
         env = self.env
@@ -179,21 +186,18 @@ class _Batcher:
                 self.wake = env.event()
                 continue
             newest = self.pending[-1] if self.pending else None
-            if newest is not None and not newest.saturated:
-                self._grow(newest)
+            growing = newest is not None and not newest.saturated
+            size = len(newest.members) if growing and newest is not None else 0
+            take = self._take(size)
+            if take == 0:
+                yield from self._wait(size)
                 continue
-            size = self._ready_size()
-            if size == 0:
-                # waiting out the delay: from now on an arrival wakes the batcher only once
-                # the queue holds a preferred batch (next_preferred_batch_size_)
-                self.wake_at = self.preferred or self.config.max_batch_size
-                oldest = self.arrivals[self.queue[0]]
-                yield self.wake | env.timeout(max(0.0, oldest + self.delay_s - env.now))
-                if self.wake.triggered:
-                    self.wake = env.event()
-                continue
-            members = [self.queue.popleft() for _ in range(size)]
-            self.pending.append(_Payload(members, self._full(size)))
+            members = [self.queue.popleft() for _ in range(take)]
+            if growing and newest is not None:
+                newest.members.extend(members)
+                newest.saturated = self._saturated(len(newest.members))
+            else:
+                self.pending.append(_Payload(members, self._saturated(take)))
             if self.pending[-1].saturated:
                 self.wake_at = 0
             if not self.work.triggered:

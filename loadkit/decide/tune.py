@@ -254,7 +254,12 @@ def run_tune(
             data["profile"] = measured_profile.to_json()
             write(data)
             _log(f"predicting {len(points)} configuration(s) ...")
-            defaults = sweep.settings_of(original)
+            from loadkit.kserve.repository import preferred_sizes
+
+            defaults = {
+                **sweep.settings_of(original),
+                "preferred_batch_sizes": preferred_sizes(original),
+            }
             rows = predict_space(points, defaults, measured_profile, arrivals, slo, spacing, seed)
             data["predictions"] = rows
             write(data)

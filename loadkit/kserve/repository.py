@@ -108,6 +108,19 @@ def read_settings(config: Mapping[str, Any]) -> dict[str, int | None]:
     }
 
 
+def preferred_sizes(config: Mapping[str, Any]) -> list[int]:
+    """The config's whole preferred_batch_size list (`read_settings` names only its first)."""
+    batching = config.get("dynamic_batching")
+    values = batching.get("preferred_batch_size") if isinstance(batching, dict) else None
+    out = []
+    for v in values or []:
+        try:
+            out.append(int(v))
+        except (TypeError, ValueError):
+            continue
+    return sorted(set(out))
+
+
 class ModelRepository:
     """One model on one Triton: its configuration, and loading it with another."""
 
@@ -175,5 +188,6 @@ __all__ = [
     "ModelRepository",
     "NotExplicitMode",
     "apply_settings",
+    "preferred_sizes",
     "read_settings",
 ]

@@ -29,7 +29,7 @@ from loadkit.decide.tune import (
     scenario_arrivals,
 )
 from loadkit.errors import TargetError, UsageError
-from loadkit.kserve.repository import apply_settings, read_settings
+from loadkit.kserve.repository import apply_settings, preferred_sizes, read_settings
 
 CONFIG: dict[str, Any] = {
     "name": "ranker",
@@ -142,7 +142,7 @@ def test_a_queue_delay_raises_p50_at_low_load() -> None:
     assert np.nanmedian(window.latency_ms) == pytest.approx(10.0, abs=0.2)  # waits out 8 ms
     # a preferred size reached goes at once, whatever the window
     burst = np.repeat(np.arange(10) * 0.1, 4)
-    preferred = simulate(Config(8, 8000, 1, preferred_batch_size=4), profile, burst)
+    preferred = simulate(Config(8, 8000, 1, preferred_batch_sizes=(4,)), profile, burst)
     assert preferred.batch_sizes == {4: 10}
     assert float(np.nanmax(preferred.latency_ms)) == pytest.approx(2.0, abs=0.01)
 
@@ -314,6 +314,34 @@ def test_capacity_of_a_latency_bound_configuration_reaches_its_throughput() -> N
     profile = BatchProfile("m", 8, {1: {b: 20.9 + 0.71 * b for b in range(1, 9)}}, [0.0])
     cap, _ = capacity(Config(8), profile, 99, 100.0)
     assert cap == pytest.approx(8 / 0.02658, rel=0.04)
+
+
+def test_preferred_sizes_shape_the_batches_as_tritons_batcher_forms_them() -> None:
+    # GIVEN doc_ranker's preferred sizes [4, 8] under max_batch_size 16, 60 ms per execution,
+    # and requests arriving together every 200 ms (the instance free at each arrival)
+    profile = BatchProfile("m", 16, {1: {b: 60.0 + 0.5 * b for b in range(1, 17)}}, [0.0])
+    config = Config(16, 8000, 1, preferred_batch_sizes=(4, 8))
+
+    def together(k: int) -> np.ndarray:
+        return np.repeat(np.arange(10) * 0.2, k)
+
+    # THEN 10 at once within the delay: the largest preferred size goes at once, the other
+    # 2 when the delay ran out (GetDynamicBatch: the best preferred size before the delay)
+    assert simulate(config, profile, together(10)).batch_sizes == {2: 10, 8: 10}
+    # ... 5 at once: a preferred 4, and the one left when the delay ran out (not 5, not 1+4)
+    assert simulate(config, profile, together(5)).batch_sizes == {1: 10, 4: 10}
+    # ... and without a queue delay all that waits goes, up to the max, preferred or not
+    none = Config(16, 0, 1, preferred_batch_sizes=(4, 8))
+    assert simulate(none, profile, together(12)).batch_sizes == {12: 10}
+
+
+def test_a_point_keeps_the_servers_whole_preferred_list_unless_it_sets_one() -> None:
+    config = {"max_batch_size": 8, "dynamic_batching": {"preferred_batch_size": [8, 4]}}
+    defaults = {**read_settings(config), "preferred_batch_sizes": preferred_sizes(config)}
+    assert preferred_sizes(config) == [4, 8] and read_settings(config)["preferred_batch_size"] == 8
+    assert Config.of({"max_batch_size": 16}, defaults).preferred_batch_sizes == (4, 8)
+    assert Config.of({"preferred_batch_size": 2}, defaults).preferred_batch_sizes == (2,)
+    assert Config.of({}, {"preferred_batch_size": 4}).preferred_batch_sizes == (4,)
 
 
 def test_loadkit_report_renders_a_tune_directory_again(
