@@ -45,7 +45,11 @@ def moved(values: np.ndarray | None, episode: np.ndarray, baseline: np.ndarray) 
 
 
 def above_spread(
-    values: np.ndarray, baseline: np.ndarray, floor_ratio: float, at_least: float | None = None
+    values: np.ndarray,
+    baseline: np.ndarray,
+    floor_ratio: float,
+    at_least: float | None = None,
+    by_at_least: float | None = None,
 ) -> np.ndarray | None:
     """Per window: the value clears the baseline's own spread (NaN where unknown).
 
@@ -55,17 +59,22 @@ def above_spread(
     Without `at_least`, None too where the baseline median is zero (no scale to judge
     by); with it, the value must also reach `at_least`, the least amount that means the
     thing happened at all: a series flat at zero in the baseline (no throttled period)
-    fires at that floor, not at a fixed share tuned on strong faults.
+    fires at that floor, not at a fixed share tuned on strong faults. `by_at_least`: the
+    value must also lie that much above the median (a difference of amounts, for a series
+    whose median may be zero or below, such as the CPU left over when others are
+    subtracted).
     """
     base = values[baseline]
     base = base[~np.isnan(base)]
     if base.size < 3:
         return None
     med = float(np.median(base))
-    if med <= 0 and at_least is None:
+    if med <= 0 and at_least is None and by_at_least is None:
         return None
     sigma = MAD_TO_SIGMA * float(np.median(np.abs(base - med)))
-    threshold = max(med + SPREAD_SIGMAS * sigma, floor_ratio * med, at_least or 0.0)
+    threshold = max(med + SPREAD_SIGMAS * sigma, floor_ratio * med, med + (by_at_least or 0.0))
+    if at_least is not None:
+        threshold = max(threshold, at_least)
     out = (np.nan_to_num(values, nan=0.0) >= threshold).astype(float)
     out[np.isnan(values)] = np.nan
     return out

@@ -637,6 +637,7 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
         corrected_p50_ms=_array(latency.p50_ms),
         primary_ms=_primary_series(latency, detected.primary, grid.n),
         dispatch_lag_ms=load.dispatch_lag_max_ms if load is not None else None,
+        generator_cpu_cores=load.generator_cpu_cores if load is not None else None,
         gaps=aligned.gaps,
         error_counts=causes.error_counts(
             aligned.run.load_intervals, aligned.start_ns, aligned.end_ns

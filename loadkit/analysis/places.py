@@ -83,6 +83,16 @@ def part_place(places: Iterable[SeriesPlace], series: str, part: str | None = No
     return entry.place if part is None else entry.parts.get(part, entry.place)
 
 
+def on_loadkit_machine(places: Iterable[SeriesPlace], series: str) -> bool:
+    """Whether a series was sampled on the machine loadkit ran on (and its generator with it).
+
+    A run that recorded no places ran everything on one machine (as every run did
+    before places were).
+    """
+    entry = _entry(places, series)
+    return entry is None or entry.loadkit_host
+
+
 def side_of(place: str) -> str:
     """Whose machine a series of this place describes, as the causes read it.
 

@@ -44,8 +44,27 @@ class LoadSeries:
     out_of_range: np.ndarray
     error_kinds: dict[str, int] = field(default_factory=dict)
     dispatch_lag_max_ms: np.ndarray | None = None  # worst arrival-scheduler lateness
+    # Cores' worth of CPU the load generator's processes used (their mean per window,
+    # summed): on the server's machine, work that is loadkit's own, not a neighbour's.
+    generator_cpu_cores: np.ndarray | None = None
     # Failed requests per window by kind (`refused`, `queue_full`, ...): error episodes.
     error_kinds_per_window: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _per_process_level(
+    frame: pd.DataFrame, grid: WindowGrid, t: np.ndarray, column: str, scale: float = 1.0
+) -> np.ndarray | None:
+    """A level (in flight, CPU): the mean per process in the window, summed over processes."""
+    values = numeric(frame, column)
+    if values is None:
+        return None
+    out = np.full(grid.n, np.nan)
+    by_proc = frame.assign(_w=grid.index(t), _v=values * scale)
+    by_proc = by_proc[(by_proc["_w"] >= 0) & by_proc["_v"].notna()]
+    keys = ["_w", "process"] if "process" in by_proc.columns else ["_w"]
+    levels = by_proc.groupby(keys)["_v"].mean().groupby(level=0).sum()
+    out[levels.index.to_numpy(dtype=int)] = levels.to_numpy()
+    return out
 
 
 def align_load(frame: pd.DataFrame, grid: WindowGrid) -> LoadSeries | None:
@@ -60,15 +79,9 @@ def align_load(frame: pd.DataFrame, grid: WindowGrid) -> LoadSeries | None:
             return np.full(grid.n, np.nan)
         return interval_sum_on_grid(grid, t, values)
 
-    in_flight = np.full(grid.n, np.nan)
-    values = numeric(frame, "in_flight")
-    if values is not None:
-        # In flight is a level: the mean per process in the window, summed over processes.
-        by_proc = frame.assign(_w=grid.index(t), _v=values)
-        by_proc = by_proc[by_proc["_w"] >= 0]
-        keys = ["_w", "process"] if "process" in by_proc.columns else ["_w"]
-        levels = by_proc.groupby(keys)["_v"].mean().groupby(level=0).sum()
-        in_flight[levels.index.to_numpy(dtype=int)] = levels.to_numpy()
+    in_flight = _per_process_level(frame, grid, t, "in_flight")
+    if in_flight is None:
+        in_flight = np.full(grid.n, np.nan)
     kinds: dict[str, int] = {}
     per_window: dict[str, np.ndarray] = {}
     if "error_kinds" in frame.columns:
@@ -84,6 +97,7 @@ def align_load(frame: pd.DataFrame, grid: WindowGrid) -> LoadSeries | None:
     lag = numeric(frame, "dispatch_lag_max_ms")
     return LoadSeries(
         dispatch_lag_max_ms=reduce_on_grid(grid, t, lag, "max") if lag is not None else None,
+        generator_cpu_cores=_per_process_level(frame, grid, t, "generator_cpu_pct", 0.01),
         offered=total("offered"),
         ok=total("ok"),
         errors=total("errors"),
@@ -267,6 +281,10 @@ class HostSeries:
     # (the kernel's schedstat run delay, summed over threads): starvation itself. A
     # stopped server is not runnable and does not wait. None where not recorded.
     server_run_delay_ms_per_s: np.ndarray | None = None
+    # Cores' worth of CPU the whole machine used, and the server's process tree of it:
+    # the rest is other work's (a neighbour's, or loadkit's own on the same machine).
+    cpu_cores_used: np.ndarray | None = None
+    server_cpu_cores: np.ndarray | None = None
 
 
 # The fields of each part of the host series (rundir.schema.SERIES_PARTS): `process` is one
@@ -284,6 +302,7 @@ HOST_PARTS: dict[str | None, tuple[str, ...]] = {
         "has_per_core",
         "has_tcp",
         "cpu_contention",
+        "cpu_cores_used",
     ),
     "process": (
         "cgroup_throttled_pct",
@@ -294,6 +313,7 @@ HOST_PARTS: dict[str | None, tuple[str, ...]] = {
         "has_server_tcp",
         "server_preemptions_per_cpu_s",
         "server_run_delay_ms_per_s",
+        "server_cpu_cores",
     ),
 }
 
@@ -322,6 +342,7 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
     t = frame["t_ns"].to_numpy(dtype=np.int64)
     nan = np.full(grid.n, np.nan)
     core_max = core_mean = busy = idle = nan
+    cores_used: np.ndarray | None = None
     has_per_core = "cpu_per_core_pct" in frame.columns
     if has_per_core:
         table, lengths = per_core_table(frame["cpu_per_core_pct"])
@@ -337,11 +358,16 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
         ic[~ok] = np.nan
         core_max = reduce_on_grid(grid, t, mx, "mean")
         core_mean = reduce_on_grid(grid, t, mean, "mean")
+        used = np.where(ok, np.nansum(table, axis=1) / 100.0, np.nan)
+        cores_used = reduce_on_grid(grid, t, used, "mean")
         busy = reduce_on_grid(grid, t, bf, "mean")
         idle = reduce_on_grid(grid, t, ic, "mean")
     total = numeric(frame, "cpu_pct")
     if total is not None and np.all(np.isnan(core_mean)):
         core_mean = reduce_on_grid(grid, t, total, "mean")
+    count = numeric(frame, "cores")
+    if cores_used is None and total is not None and count is not None:
+        cores_used = reduce_on_grid(grid, t, total * count / 100.0, "mean")
     psi = numeric(frame, "psi_cpu_some_avg10")
     psi_total = numeric(frame, "psi_cpu_some_total_us")
     contention = None
@@ -378,6 +404,7 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
         delay_rate, _ = counter_rate_on_grid(grid, t, run_delay)
         run_delay = delay_rate / 1e6
     rss = numeric(frame, "server_rss_bytes")
+    server_cpu = numeric(frame, "server_cpu_pct")
     tcp = numeric(frame, "tcp_new_connections")
     server_tcp = numeric(frame, "server_new_connections")
     interval_start = t - _sample_interval_ns(t)
@@ -409,6 +436,10 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
         cpu_contention=contention,
         server_preemptions_per_cpu_s=preemptions,
         server_run_delay_ms_per_s=run_delay,
+        cpu_cores_used=cores_used,
+        server_cpu_cores=(
+            reduce_on_grid(grid, t, server_cpu / 100.0, "mean") if server_cpu is not None else None
+        ),
     )
 
 

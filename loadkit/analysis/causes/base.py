@@ -22,7 +22,7 @@ from loadkit.analysis.align import NS, WindowGrid, make_grid
 from loadkit.analysis.gaps import CompletionGaps, min_gap_s
 from loadkit.analysis.model import Evidence, Finding, SeriesPlace
 from loadkit.analysis.noise import EFFECT_MOVED, above_spread
-from loadkit.analysis.places import CLIENT_SIDE, SERVER_SIDE, sources_at
+from loadkit.analysis.places import CLIENT_SIDE, SERVER_SIDE, on_loadkit_machine, sources_at
 from loadkit.analysis.sources import SourceAccessors
 from loadkit.analysis.telemetry import HostSeries, RequestSampleSeries, align_load
 
@@ -80,6 +80,14 @@ WAIT_RISE_FLOOR = 1.5
 # threads (2 % of one core's time): the floor where the baseline's run delay is near zero,
 # and above the blips a quiet host's own work makes (`server_waited`).
 WAIT_FLOOR_MS_PER_S = 20.0
+# Other work took the CPU the server waited for where the cores' worth used by everything
+# but the server (and loadkit's own generator, on its machine) clears its baseline's spread
+# and is at least this much above its median: a tenth of a core, the least that means a
+# neighbour started at all (`neighbours_rose`). A server that waits on its own threads
+# (bunched arrivals, its own copies) raises no one else's CPU: seen on seed 44 (re-scored,
+# session 18), a slow proxy +0.03 core and data movement +0.01 against +0.98 and +1.73 for
+# the two neighbours, each within or beyond its baseline's spread.
+NEIGHBOUR_MIN_CORES = 0.1
 # Another model on the same server works more where its compute per second clears its
 # baseline's spread and is this many times its baseline median ... (`model_rises`:
 # model_contention's "another model rose"; CPU saturation leaves such windows to it.)
@@ -153,6 +161,7 @@ class Signals(SourceAccessors):
     # windows that stand in for a missing baseline are read from it (None: p99_ms).
     primary_ms: np.ndarray | None = None
     dispatch_lag_ms: np.ndarray | None = None  # worst arrival-scheduler lateness per window
+    generator_cpu_cores: np.ndarray | None = None  # loadkit's Locust processes, cores' worth
     gaps: CompletionGaps | None = None  # spans with requests in flight and nothing completing
     gpu_count: int | None = None
     # Error episodes (causes of kind ERRORS): completions and failures on a 1 s grid.
@@ -522,6 +531,34 @@ def server_waited(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
     if delay is None or np.all(np.isnan(delay)):
         return None
     return above_spread(delay, baseline, WAIT_RISE_FLOOR, at_least=WAIT_FLOOR_MS_PER_S)
+
+
+def neighbours_cpu_cores(sig: Signals) -> np.ndarray | None:
+    """Per window: cores' worth of CPU that work other than the server's used on its machine.
+
+    The machine's CPU less the server's process tree, and less loadkit's own load
+    generator where the host series was sampled on loadkit's machine. None where the
+    machine's or the server's CPU is not recorded.
+    """
+    host = sig.host
+    if host is None or host.cpu_cores_used is None or host.server_cpu_cores is None:
+        return None
+    others = host.cpu_cores_used - host.server_cpu_cores
+    if sig.generator_cpu_cores is not None and on_loadkit_machine(sig.places, "host"):
+        others = others - np.nan_to_num(sig.generator_cpu_cores, nan=0.0)
+    return np.asarray(others, dtype=float)
+
+
+def neighbours_rose(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
+    """Per window: others' CPU (`neighbours_cpu_cores`) rose beyond its baseline's spread.
+
+    By at least NEIGHBOUR_MIN_CORES. NaN where unknown; None where not recorded or the
+    baseline has under 3 windows of it.
+    """
+    others = neighbours_cpu_cores(sig)
+    if others is None:
+        return None
+    return above_spread(others, baseline, 0.0, by_at_least=NEIGHBOUR_MIN_CORES)
 
 
 def model_rises(busy_ms_per_s: np.ndarray, baseline: np.ndarray) -> np.ndarray:

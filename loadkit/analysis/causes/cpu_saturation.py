@@ -17,7 +17,9 @@ run delay, busy cores gate as before: on a host busy all run the server must
 also be preempted beyond its baseline's spread per CPU-second it gets
 (`server_starved`).
 
-Left out: windows where arrivals rise above their baseline, and the few after
+Left out: windows where no other work took more CPU (the CPU used on the machine
+by everything but the server and loadkit's generator stayed within its baseline's
+spread: the server waited on its own threads, `_no_one_else`), windows where arrivals rise above their baseline, and the few after
 them (the server working through a burst waits for its own threads), windows
 where another model on the same server works more (`base.other_models_rose`:
 model contention's; its threads are the server's too), windows where the
@@ -46,6 +48,8 @@ from loadkit.analysis.causes.base import (
     mean,
     median,
     need,
+    neighbours_cpu_cores,
+    neighbours_rose,
     other_models_rose,
     outside_server_ms,
     quota_throttled,
@@ -94,6 +98,25 @@ def _after_bursts(rise: np.ndarray, in_flight: np.ndarray, usual: float | None) 
     return out
 
 
+def _no_one_else(sig: Signals, baseline: np.ndarray, starved: np.ndarray | None) -> np.ndarray:
+    """Windows where no other work took more CPU: the server waited on its own threads.
+
+    Bunched arrivals (a proxy that releases requests together) and the server's own
+    extra work (large copies) make its threads wait for each other, and the run delay
+    rises with no neighbour. Where the machine's and the server's CPU are recorded,
+    CPU saturation needs the CPU others used to rise (`neighbours_rose`), except where
+    the cores were saturated and the server starved: no room is left there for a
+    neighbour's share to grow. All False where others' CPU is not recorded.
+    """
+    rose = neighbours_rose(sig, baseline)
+    if rose is None:
+        return np.zeros(sig.n, dtype=bool)
+    alone = np.nan_to_num(rose, nan=1.0) <= 0
+    if starved is not None:
+        alone &= ~(np.nan_to_num(starved, nan=0.0) > 0)
+    return alone
+
+
 def _stopped(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
     """A completion gap's windows (a process stall's) and the one after each: its catch-up."""
     stalls = stall_gaps(sig, baseline)
@@ -133,6 +156,7 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
         cond = np.nan_to_num(starved, nan=0.0) > 0
     else:
         cond = full
+    cond &= ~_no_one_else(sig, baseline, starved)
     offered_base = median(sig.offered_rps, baseline)
     if offered_base:
         rise = np.nan_to_num(sig.offered_rps, nan=0.0) >= ARRIVALS_RISE * offered_base
@@ -155,6 +179,7 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     if starved is not None:
         backed |= np.nan_to_num(starved, nan=0.0) > 0
     cap = _wait_alone_cap(cond, backed, delay, baseline)
+    others = neighbours_cpu_cores(sig)
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
         out = [
@@ -164,6 +189,17 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
             Evidence("psi_cpu_some_baseline", median(host.psi_some_avg10, base), "%"),
         ]
         starved = ep & (holds > 0)
+        if others is not None:
+            out += [
+                Evidence(
+                    "others_cpu_cores_in_episodes",
+                    median(others, starved),
+                    "cores",
+                    "CPU used on the server's machine by work other than the server and "
+                    "loadkit's generator",
+                ),
+                Evidence("others_cpu_cores_baseline", median(others, base), "cores"),
+            ]
         for name, series, unit, note in (
             (
                 "server_cpu_wait",
@@ -230,6 +266,12 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
             f"times per CPU-second vs {fmt(ev(e, 'server_preemptions_baseline'))} in baseline."
             if ev(e, "server_preemptions_baseline") is not None
             else "."
+        )
+        + (
+            f" Other work on the server's machine used {fmt(ev(e, 'others_cpu_cores_in_episodes'), '', 2)} "
+            f"cores vs {fmt(ev(e, 'others_cpu_cores_baseline'), '', 2)} in baseline."
+            if ev(e, "others_cpu_cores_baseline") is not None
+            else ""
         )
     )
 

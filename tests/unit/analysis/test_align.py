@@ -8,7 +8,7 @@ from loadkit.analysis.align import (
     make_grid,
     reduce_on_grid,
 )
-from loadkit.analysis.telemetry import align_host, align_triton
+from loadkit.analysis.telemetry import align_host, align_load, align_triton
 
 T0 = 1_700_000_000 * NS
 
@@ -205,3 +205,32 @@ def test_new_connections_from_raw_tcp_open_counters_alone():
     # THEN the connection rate is their increase per second
     assert host is not None and host.has_tcp
     assert host.tcp_new_connections_per_s.tolist() == [15.0, 20.0, 40.0]
+
+
+def test_cores_used_by_the_machine_by_the_server_and_by_loadkits_generator():
+    # GIVEN two host samples per 1 s window on 4 cores, and two Locust processes
+    grid = make_grid(0, 2 * NS, 1.0)
+    host = pd.DataFrame(
+        {
+            "t_ns": [0, NS // 2, NS, 3 * NS // 2],
+            "cpu_per_core_pct": [[50, 50, 0, 0], [100, 50, 50, 0], [100] * 4, [100] * 4],
+            "server_cpu_pct": [None, 40.0, 150.0, 250.0],
+        }
+    )
+    load = pd.DataFrame(
+        {
+            "t_ns": [0, 0, NS, NS],
+            "process": ["local", "worker-0", "local", "worker-0"],
+            "offered": [1, 1, 1, 1],
+            "generator_cpu_pct": [30.0, 20.0, 60.0, None],
+        }
+    )
+    h = align_host(host, grid)
+    load_series = align_load(load, grid)
+    assert h is not None and load_series is not None
+    # THEN each window holds the cores' worth used: the machine's, the server's tree's
+    # (a first sample with no CPU yet is left out) and the generator's, summed over processes
+    assert h.cpu_cores_used is not None and h.server_cpu_cores is not None
+    assert np.allclose(h.cpu_cores_used, [1.5, 4.0])
+    assert np.allclose(h.server_cpu_cores, [0.4, 2.0])
+    assert np.allclose(load_series.generator_cpu_cores, [0.5, 0.6])

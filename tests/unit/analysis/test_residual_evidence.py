@@ -62,9 +62,15 @@ def test_a_quota_in_two_of_six_episodes_is_not_no_change_in_them(analyze_spec):
     assert "GPU clock" in unchanged, residual.summary
 
 
-def _raise_run_delay(run_dir: Path, windows: tuple[FaultWindow, ...], extra_ms_per_s: float):
-    """The server's threads wait `extra_ms_per_s` more for a CPU in `windows` (a neighbour on a
-    few cores: the host's mean CPU does not move, the server's run delay does)."""
+def _raise_run_delay(
+    run_dir: Path,
+    windows: tuple[FaultWindow, ...],
+    extra_ms_per_s: float,
+    neighbour_core_pct: float = 0.0,
+):
+    """The server's threads wait `extra_ms_per_s` more for a CPU in `windows`; with
+    `neighbour_core_pct`, a neighbour on one core takes that much more of it there (on 16
+    cores the host's mean CPU hardly moves, the server's run delay does)."""
     manifest = json.loads((run_dir / "manifest.json").read_text())
     start = manifest["start_ns"]
     path = run_dir / "telemetry" / "host.jsonl"
@@ -75,6 +81,10 @@ def _raise_run_delay(run_dir: Path, windows: tuple[FaultWindow, ...], extra_ms_p
         if last_t is not None and any(w.start_s <= last_t < w.end_s for w in windows):
             added += extra_ms_per_s * (t - last_t) * 1e6
         row["server_run_delay_ns"] += int(added)
+        if neighbour_core_pct and any(w.start_s <= t < w.end_s for w in windows):
+            cores = row["cpu_per_core_pct"]
+            cores[0] = min(100.0, cores[0] + neighbour_core_pct)
+            row["cpu_pct"] = round(sum(cores) / len(cores), 1)
         last_t = t
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 

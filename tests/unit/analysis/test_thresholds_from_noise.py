@@ -15,6 +15,7 @@ from loadkit.analysis import analyze_run
 from loadkit.analysis.causes import cgroup_throttling, connection_churn, cpu_saturation
 from loadkit.analysis.causes.base import CGROUP_THROTTLED_FLOOR_PCT, WAIT_FLOOR_MS_PER_S
 from loadkit.analysis.gaps import CompletionGaps
+from loadkit.analysis.model import SeriesPlace
 from loadkit.analysis.telemetry import ModelActivity, RequestSampleSeries
 from loadkit.rundir import load_run
 from loadkit.testing.synthetic import RunSpec, write_run
@@ -169,16 +170,55 @@ def test_another_models_burst_on_the_same_server_is_not_a_neighbours_cpu():
 def test_a_neighbour_on_some_cores_in_every_spike_is_named_first(tmp_path):
     # GIVEN the model's compute slowing in six windows while the server's threads wait 5x
     # their usual 20 ms/s for a CPU in them, the host's cores as busy as ever (a neighbour
-    # on a few cores slows the server's threads)
+    # on one core slows the server's threads, and uses 60 % of that core)
     spec = RunSpec(rate_rps=200, model_slowdowns=SLOW, run_delay_ms_per_s=20.0)
     run_dir = write_run(spec, tmp_path)
-    _raise_run_delay(Path(run_dir), SLOW, 80.0)
+    _raise_run_delay(Path(run_dir), SLOW, 80.0, neighbour_core_pct=60.0)
     a = analyze_run(load_run(run_dir))
     # THEN CPU saturation is named first, above weak, in every episode, by the run delay
     top = a.findings[0]
     assert top.cause == "cpu_saturation", [(f.cause, f.confidence) for f in a.findings]
     assert top.confidence in ("moderate", "strong") and len(top.episodes) == 6, top
     assert "the server's threads waited" in top.summary, top.summary
+
+
+def _others(sig, others: np.ndarray, generator: np.ndarray | None = None):
+    """The machine's CPU: the server's 0.5 core, `others` for the rest (in cores)."""
+    sig.host.server_cpu_cores = np.full(N, 0.5)
+    sig.host.cpu_cores_used = 0.5 + others + (0.0 if generator is None else generator)
+    sig.generator_cpu_cores = generator
+    return sig
+
+
+def test_a_server_waiting_on_its_own_threads_is_not_cpu_saturation():
+    # GIVEN the server's threads waiting 4x their usual 40 ms/s in the fault's windows while
+    # the CPU used by everything else on its machine stays within its spread (a proxy that
+    # releases requests in bunches, the server's own large copies)
+    others = _noisy(0.28, 0.32)
+    sig = _others(_waiting(_signals(N), np.full(N, 40.0), FAULT, 160.0), others)
+    # THEN no neighbour took the CPU: it is not CPU saturation
+    assert _fires(cpu_saturation.signature(sig, BASE)) == []
+    # ... while a neighbour that takes one more core in those windows is
+    others[FAULT] += 1.0
+    sig = _others(_waiting(_signals(N), np.full(N, 40.0), FAULT, 160.0), others)
+    s = cpu_saturation.signature(sig, BASE)
+    assert _fires(s) == FAULT
+    assert s.evidence is not None
+    text = cpu_saturation.summary(s.evidence(~BASE, BASE), "4/4 spike episodes", None)
+    assert "Other work on the server's machine used 1.30 cores vs 0.30" in text, text
+
+
+def test_loadkits_own_generator_on_the_servers_machine_is_not_a_neighbour():
+    # GIVEN the run delay 4x in the fault's windows, where loadkit's own generator, on the
+    # server's machine, used one more core (large payloads to encode)
+    generator = np.full(N, 0.2)
+    generator[FAULT] = 1.2
+    sig = _others(_waiting(_signals(N), np.full(N, 40.0), FAULT, 160.0), np.full(N, 0.3), generator)
+    # THEN that core is loadkit's, not a neighbour's
+    assert _fires(cpu_saturation.signature(sig, BASE)) == []
+    # ... but on a server's machine that loadkit does not run on, that core is someone else's
+    sig.places = (SeriesPlace("host", "server", "gpu-1", loadkit_host=False),)
+    assert _fires(cpu_saturation.signature(sig, BASE)) == FAULT
 
 
 # --- connection churn: new connections per second ---------------------------------------
