@@ -541,6 +541,36 @@ def test_where_episodes_and_margins_cover_the_run_the_quietest_windows_are_the_b
     assert base.sum() == 7 and np.all(p99[base] == 5.0)
 
 
+def test_a_baseline_of_a_few_windows_gives_way_to_the_quietest_third():
+    import dataclasses
+
+    from loadkit.analysis.attribution import baseline_for
+    from loadkit.analysis.model import SpikeEpisode
+
+    # GIVEN 60 windows and a fault held for 4 of every 7 (its episodes and margins leave a
+    # few windows outside: too few to have a spread)
+    n = 60
+    starts = np.arange(n, dtype=np.int64) * S
+    p99 = np.full(n, 5.0) + (np.arange(n) % 3) * 0.1
+    episodes = []
+    for w in range(2, n - 4, 7):
+        p99[w : w + 4] = 40.0
+        episodes.append(
+            dataclasses.replace(
+                SpikeEpisode(f"p99#{w}", "p99", "corrected", 0, 0, 0, 4, 0, 40, 5, 35, 70, 8, 9, 2),
+                start_ns=w * S,
+                end_ns=(w + 4) * S,
+            )
+        )
+    loaded = np.ones(n, dtype=bool)
+    outside = baseline_for(n, episodes, episodes, starts, loaded, None)
+    assert 3 <= outside.sum() < 10, outside.sum()  # (no latency: the windows outside, as before)
+    # WHEN the baseline is chosen with the latency to rank windows by
+    base = baseline_for(n, episodes, episodes, starts, loaded, p99)
+    # THEN it is the quietest third of the run, all of them between the spikes
+    assert base.sum() >= 20 and np.all(p99[base] < 6.0), base.sum()
+
+
 def test_cores_busy_while_a_bursts_backlog_drains_are_not_cpu_saturation():
     from loadkit.analysis.causes import cpu_saturation
 
