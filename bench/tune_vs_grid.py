@@ -86,7 +86,7 @@ def main() -> None:
         url = triton.http_url
         model = ["--model", args.model]
         if args.model == "doc_ranker":  # 16 documents per request (DOC_IDS has dims [-1])
-            model += ["--set", "shape=DOC_IDS:16"]
+            model += ["--shape", "DOC_IDS:16"]
         vary = [w for s in space for w in ("--vary", s)]
         grid_time = out / "grid_wall_s.txt"
         if args.reuse_grid and grid_time.exists():

@@ -42,3 +42,26 @@ def test_loadkit_error_becomes_error_and_hint_lines(
         "ERROR: reports/x has no manifest.json",
         "HINT: pass a run directory",
     ]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["capacity", "--target", "http://127.0.0.1:1", "--slo", "p99=50ms"],
+        ["sweep", "capacity", "--target", "http://127.0.0.1:1", "--vary", "instances=1,2"],
+        ["tune", "soak", "--target", "http://127.0.0.1:1", "--slo", "p99=50ms"],
+        ["run", "soak", "--target", "http://127.0.0.1:1"],
+    ],
+)
+def test_every_command_that_sends_load_takes_the_request_options(argv: list[str]) -> None:
+    # GIVEN a model with a variable dimension (the pre-flight's hint says "give --shape")
+    from loadkit.commands.options import scenario_params
+
+    args = cli.build_parser().parse_args(
+        [*argv, "--model", "doc_ranker", "--shape", "DOC_IDS:16", "--int-range", "DOC_IDS:0,999",
+         "--set", "shape=IGNORED:1", "--set", "rate=20"]
+    )  # fmt: skip
+    # THEN the scenario gets them as parameters, the flag over --set
+    params = scenario_params(args)
+    assert params["model"] == "doc_ranker" and params["shape"] == "DOC_IDS:16"
+    assert params["int_range"] == "DOC_IDS:0,999" and params["rate"] == "20"
