@@ -19,8 +19,9 @@ also be preempted beyond its baseline's spread per CPU-second it gets
 
 Left out: windows where no other work took more CPU (the CPU used on the machine
 by everything but the server and loadkit's generator stayed within its baseline's
-spread: the server waited on its own threads, `_no_one_else`), windows where arrivals rise above their baseline, and the few after
-them (the server working through a burst waits for its own threads), windows
+spread: the server waited on its own threads, `_no_one_else`), windows where
+arrivals rise above their baseline, and the few after them (the server working
+through a burst waits for its own threads), windows
 where another model on the same server works more (`base.other_models_rose`:
 model contention's; its threads are the server's too), windows where the
 server's cgroup quota binds (`base.quota_throttled`: its quota, not the host, is
@@ -268,8 +269,9 @@ def summary(e: list[Evidence], eps: str, run_share: float | None) -> str:
             else "."
         )
         + (
-            f" Other work on the server's machine used {fmt(ev(e, 'others_cpu_cores_in_episodes'), '', 2)} "
-            f"cores vs {fmt(ev(e, 'others_cpu_cores_baseline'), '', 2)} in baseline."
+            f" Other work on the server's machine used "
+            f"{fmt(ev(e, 'others_cpu_cores_in_episodes'), '', 2)} cores vs "
+            f"{fmt(ev(e, 'others_cpu_cores_baseline'), '', 2)} in baseline."
             if ev(e, "others_cpu_cores_baseline") is not None
             else ""
         )
