@@ -59,6 +59,9 @@ def main() -> None:
     parser.add_argument("--batch-us", type=int, default=60000, help="simulated compute per batch")
     parser.add_argument("--item-us", type=int, default=500, help="... and per request in it")
     parser.add_argument("--max-duration", type=float, default=150.0, help="per capacity search")
+    parser.add_argument(
+        "--window", type=int, default=5, help="seconds per measure window of every probe"
+    )
     parser.add_argument("--verify", type=int, default=3)
     parser.add_argument("--start", type=float, default=40.0)
     parser.add_argument("--max-rate", type=float, default=800.0)
@@ -71,7 +74,8 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="tune-vs-grid-"))
     out.mkdir(parents=True, exist_ok=True)
     search = ["--slo", args.slo, "--gpu", "none", "--start", str(args.start),
-              "--max-rate", str(args.max_rate), "--max-duration", str(args.max_duration)]  # fmt: skip
+              "--max-rate", str(args.max_rate), "--max-duration", str(args.max_duration),
+              "--window", str(args.window)]  # fmt: skip
     cli = [sys.executable, "-m", "loadkit.cli"]
     params = {"gpu_time_us_per_batch": args.batch_us, "gpu_time_us_per_item": args.item_us}
     extra = () if args.model == "ranker" else (args.model,)
