@@ -49,6 +49,20 @@ def _run(argv: list[str], timeout_s: float) -> float:
     return time.monotonic() - start
 
 
+def _search_of(point: dict[str, Any]) -> dict[str, Any]:
+    """One search's capacity, its bracket and whether --max-duration cut it short."""
+    path = Path(point["run"]) if point.get("run") else None
+    capacity: dict[str, Any] = {}
+    if path is not None and (path / "analysis.json").exists():
+        capacity = json.loads((path / "analysis.json").read_text()).get("capacity") or {}
+    return {
+        "label": point.get("label"),
+        "capacity_rps": capacity.get("rate_rps"),
+        "bracket": [capacity.get("low_rps"), capacity.get("high_rps")],
+        "cut_short": bool(capacity.get("stopped_by")),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="ranker", choices=("ranker", "doc_ranker"))
@@ -136,6 +150,10 @@ def main() -> None:
             "grid_measured_rps": rec_grid,
         },
         "verified_errors_pct": errors,
+        # A search cut short by --max-duration gives a lower bound, not a capacity: its
+        # bracket says how far apart "passes" and "fails" still were (then re-run longer)
+        "grid_searches": [_search_of(p) for p in grid["points"]],
+        "verify_searches": [_search_of(v) for v in tune["verifications"]],
         "checks": {
             "within_10pct_of_grid_best": bool(rec_grid is not None and rec_grid >= 0.9 * best),
             "at_most_a_fifth_of_the_grid_time": bool(tune_s <= grid_s / 5),
