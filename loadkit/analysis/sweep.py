@@ -159,6 +159,14 @@ def point_numbers(analysis: Analysis, steady: Mapping[str, Any] | None = None) -
             for f in analysis.findings
         ],
         "capacity_rps": analysis.capacity.rate_rps if analysis.capacity is not None else None,
+        # passes at low, fails at high; a search cut short (by --max-duration) leaves a wide
+        # bracket and its capacity is a lower bound
+        "capacity_bracket": (
+            [analysis.capacity.low_rps, analysis.capacity.high_rps]
+            if analysis.capacity is not None
+            else None
+        ),
+        "capacity_cut_short": analysis.capacity.stopped_by if analysis.capacity is not None else None,
     }
     return {
         k: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -179,6 +187,12 @@ def recommend(points: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
             f"the most capacity within the SLO: {best['numbers']['capacity_rps']:.1f} req/s "
             + _versus(best, with_capacity, "capacity_rps", "req/s")
         )
+        short = [p["label"] for p in with_capacity if p["numbers"].get("capacity_cut_short")]
+        if short:
+            why += (
+                f"; {len(short)} of {len(with_capacity)} searches were cut short by their "
+                "--max-duration (their capacity is a lower bound: give them longer)"
+            )
         return {"label": best["label"], "settings": best["settings"], "why": why}
     passing = [p for p in measured if p["numbers"].get("slo_passed")]
     pool = passing or measured

@@ -250,9 +250,16 @@ def _print(data: Mapping[str, Any]) -> None:
             print(f"{v['label']}: {v['status']} {v.get('error') or ''}".rstrip())
             continue
         gap = v.get("capacity_error_pct")
+        bracket = v.get("measured_bracket") or [None, None]
+        short = (
+            f" [search cut short by {v['cut_short']}: passes at {bracket[0]:g}, "
+            f"fails at {bracket[1]:g}]"
+            if v.get("cut_short") and None not in bracket
+            else ""
+        )
         print(
             f"{v['label']}: measured {measured:.1f} req/s, predicted "
-            f"{predicted:.1f} req/s" + (f" ({gap:+.1f} %)" if gap is not None else "")
+            f"{predicted:.1f} req/s" + (f" ({gap:+.1f} %)" if gap is not None else "") + short
         )
     rec = data.get("recommended")
     if rec:

@@ -156,6 +156,8 @@ def verification(row: Mapping[str, Any], point: Mapping[str, Any], slo: Slo) -> 
     numbers = point.get("numbers") or {}
     measured = numbers.get("capacity_rps")
     predicted = row["predicted"].get("capacity_rps")
+    bracket = numbers.get("capacity_bracket")
+    low, high = bracket if bracket else (None, None)
     return {
         "label": row["label"],
         "settings": row["settings"],
@@ -165,6 +167,15 @@ def verification(row: Mapping[str, Any], point: Mapping[str, Any], slo: Slo) -> 
         "predicted_capacity_rps": predicted,
         "measured_capacity_rps": measured,
         "capacity_error_pct": error_pct(predicted, measured),
+        # the search's bracket (passes at low, fails at high), and what cut it short if
+        # anything: then the measured capacity is a lower bound
+        "measured_bracket": [low, high] if bracket else None,
+        "cut_short": numbers.get("capacity_cut_short"),
+        "predicted_within_bracket": (
+            bool(low <= predicted <= high)
+            if predicted is not None and low is not None and high is not None
+            else None
+        ),
         "predicted_p99_ms": row["predicted"].get("p99_ms"),
         "measured_batch_mean": numbers.get("batch_size_mean"),
         "slo": slo.text(),
@@ -194,8 +205,14 @@ def recommend(
     replicas = replicas_for(peak_rps, cap, headroom or 0.0) if peak_rps is not None else None
     predicted = best.get("predicted_capacity_rps")
     gap = best.get("capacity_error_pct")
+    measured_text = (
+        f"at least {cap:.0f} req/s measured (its search was cut short by "
+        f"{best['cut_short']}: give it longer)"
+        if best.get("cut_short")
+        else f"{cap:.0f} req/s measured"
+    )
     sentence = (
-        f"Run {model} with {best['label']}: {cap:.0f} req/s measured within {slo.text()}"
+        f"Run {model} with {best['label']}: {measured_text} within {slo.text()}"
         + (f" (predicted {predicted:.0f}, {gap:+.0f} %)" if predicted and gap is not None else "")
         + (
             f", P99 {best['predicted_p99_ms']:.1f} ms predicted at the scenario's arrivals"

@@ -46,7 +46,11 @@ def build_context(data: Mapping[str, Any]) -> dict[str, Any]:
                 "p99": fmt.ms(pred.get("p99_ms")),
                 "batch_mean": fmt.sig(pred.get("batch_mean")),
                 "pareto": bool(p.get("pareto")),
-                "measured": fmt.rate(v.get("measured_capacity_rps")) if v else "",
+                "measured": (
+                    ("≥ " if v.get("cut_short") else "") + fmt.rate(v.get("measured_capacity_rps"))
+                    if v
+                    else ""
+                ),
                 "gap": (
                     f"{v['capacity_error_pct']:+.1f} %"
                     if v and v.get("capacity_error_pct") is not None

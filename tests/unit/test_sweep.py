@@ -87,6 +87,15 @@ class _BrokenRepository:
         raise AssertionError("not READY: its configuration is not read")
 
 
+def test_the_most_capacity_and_how_many_searches_were_cut_short() -> None:
+    points = [_point("0", 100.0, True), _point("2000", 100.0, True)]
+    points[0]["numbers"].update(capacity_rps=400.0, capacity_cut_short="--max-duration 150 s")
+    points[1]["numbers"].update(capacity_rps=320.0, capacity_cut_short=None)
+    best = recommend(points)
+    assert best is not None and best["label"] == "0"
+    assert "1 of 2 searches were cut short by their --max-duration" in best["why"]
+
+
 def test_a_failed_restore_says_exactly_what_state_the_server_is_in(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

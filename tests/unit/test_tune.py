@@ -27,6 +27,7 @@ from loadkit.decide.tune import (
     recommend,
     run_tune,
     scenario_arrivals,
+    verification,
 )
 from loadkit.errors import TargetError, UsageError
 from loadkit.kserve.repository import apply_settings, preferred_sizes, read_settings
@@ -174,6 +175,25 @@ def test_ranking_pareto_and_the_recommendation_from_measured_capacity() -> None:
     assert rec["sentence"].startswith("Run ranker with 8: 280 req/s measured within p99 <= 50 ms")
     assert "15 replica(s) for a peak of 2000 req/s with 50% headroom" in rec["sentence"]
     assert recommend([verified[2]], rows, "ranker", slo, None, None) is None
+
+
+def test_a_verifying_search_cut_short_is_a_lower_bound_and_says_so() -> None:
+    # GIVEN a verifying search that passed at 320 and failed at 480 when --max-duration ran
+    # out (the ranker's 18-point grid, session 18: the server's own ceiling was ~445)
+    row = _row("16", 438.8, 107.0)
+    point = {"status": "measured", "run": "r", "numbers": {
+        "capacity_rps": 320.0, "capacity_bracket": [320.0, 480.0],
+        "capacity_cut_short": "--max-duration 150 s"}}  # fmt: skip
+    v = verification(row, point, Slo("p99", 250.0))
+    # THEN the verification keeps the bracket, and the prediction is inside it
+    assert v["measured_bracket"] == [320.0, 480.0] and v["cut_short"] == "--max-duration 150 s"
+    assert v["predicted_within_bracket"] is True and v["capacity_error_pct"] == 37.1
+    # AND the recommendation says the capacity is at least what was measured
+    rec = recommend([{**v, "status": "measured"}], [row], "ranker", Slo("p99", 250.0), None, None)
+    assert rec is not None
+    assert "at least 320 req/s measured (its search was cut short by --max-duration 150 s" in (
+        rec["sentence"]
+    )
 
 
 def test_space_and_scenario_arrivals() -> None:
