@@ -166,7 +166,9 @@ def point_numbers(analysis: Analysis, steady: Mapping[str, Any] | None = None) -
             if analysis.capacity is not None
             else None
         ),
-        "capacity_cut_short": analysis.capacity.stopped_by if analysis.capacity is not None else None,
+        "capacity_cut_short": analysis.capacity.stopped_by
+        if analysis.capacity is not None
+        else None,
     }
     return {
         k: (None if isinstance(v, float) and not math.isfinite(v) else v)

@@ -191,8 +191,9 @@ def test_a_verifying_search_cut_short_is_a_lower_bound_and_says_so() -> None:
     # AND the recommendation says the capacity is at least what was measured
     rec = recommend([{**v, "status": "measured"}], [row], "ranker", Slo("p99", 250.0), None, None)
     assert rec is not None
-    assert "at least 320 req/s measured (its search was cut short by --max-duration 150 s" in (
-        rec["sentence"]
+    assert (
+        "at least 320 req/s measured (its search was cut short by --max-duration 150 s"
+        in (rec["sentence"])
     )
 
 
