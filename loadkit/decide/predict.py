@@ -3,19 +3,21 @@ of a configuration without running it.
 
 The model (docs/capacity.md, "`loadkit tune`"), after Triton core's
 DynamicBatchScheduler::GetDynamicBatch: requests arrive at the scenario's
-intended times and wait in one queue. With no queue delay, or once the oldest
-queued request has waited max_queue_delay_us, the batcher takes what waits, up
-to max_batch_size. Before that it takes the largest preferred size the queue
-holds (an empty preferred list is max_batch_size), and otherwise waits; an
-arrival wakes it only when the queue reaches the next preferred size. A formed
+intended times and wait in one queue. The batcher takes the largest preferred
+size the queue holds (an empty preferred list is max_batch_size); without one
+it takes what waits at once when there is no queue delay, else once the oldest
+queued request has waited max_queue_delay_us (up to max_batch_size), and
+otherwise waits; an arrival wakes it only when the queue reaches the next
+preferred size. A formed
 batch (a payload) waits for a free instance, and while it waits it keeps
 growing by the same rules until it reaches the largest preferred size (it is
 saturated) or an instance picks it up; only saturated batches queue behind one
 another, up to two per instance (the rate limiter's cap on queued payloads).
 So under load a batch holds what arrived during the execution before it, and
 a request waits about half an execution, not behind whole formed batches.
-With preferred sizes [4, 8], a batch of requests younger than the delay stops
-at 8; requests older than it go together up to max_batch_size.
+With preferred sizes [4, 8] and no delay, batches are 4 or 8 (or 1-3 when
+fewer wait); with a delay, requests older than it go together up to
+max_batch_size.
 A batch of b runs on one instance for the profile's compute at b for that
 instance count. Each request's latency is
 its wait, its batch's compute and one draw of the measured overhead (HTTP,
@@ -137,6 +139,7 @@ class _Batcher:
         top = config.max_batch_size
         # Triton refuses a preferred size above the max, and fills an empty list with the max
         self.preferred = [p for p in config.preferred_batch_sizes if 0 < p <= top] or [top]
+        self.preferred_set = frozenset(self.preferred)
         self.max_preferred = self.preferred[-1]
 
     def _signal(self) -> None:
@@ -151,23 +154,41 @@ class _Batcher:
             if len(self.queue) >= self.wake_at:
                 self._signal()
 
-    def _delay_over(self) -> bool:
-        """No queue delay, or the oldest queued request has waited it out."""
-        if self.delay_s <= 0:
-            return True
-        return self.env.now >= self.arrivals[self.queue[0]] + self.delay_s - 1e-12
+    def _take(self, size: int) -> tuple[int, bool]:
+        """How many queued requests a payload of `size` takes now (0: wait), and whether it
+        is then saturated: Triton core's DynamicBatchScheduler::GetDynamicBatch, step by step.
 
-    def _take(self, size: int) -> int:
-        """How many queued requests a payload of `size` takes now (0: keep waiting)."""
-        n = len(self.queue)
-        if self._delay_over():
-            return min(n, self.config.max_batch_size - size)
-        reachable = [p for p in self.preferred if size < p <= size + n]
-        return reachable[-1] - size if reachable else 0
-
-    def _saturated(self, size: int) -> bool:
-        """A payload this big takes no more: it reached the largest preferred size."""
-        return size >= self.max_preferred
+        Walk the queue: crossing the largest preferred size with no preferred size reached
+        marks the batch there and saturates it; past max_batch_size the walk stops; each
+        preferred size reached (payload included) is the best so far.
+        """
+        top, most = self.config.max_batch_size, self.max_preferred
+        best, send_now, saturated, pending = 0, False, False, 0
+        for _ in range(len(self.queue)):
+            if size + pending > 0:
+                if size + pending + 1 > most and best == 0:
+                    best, saturated = pending, True
+                if size + pending + 1 > top:
+                    send_now = True
+                    break
+            pending += 1
+            if size + pending in self.preferred_set:
+                best = pending
+        no_delay = self.delay_s <= 0
+        over = not no_delay and (
+            self.env.now >= self.arrivals[self.queue[0]] + self.delay_s - 1e-12
+        )
+        if best and not over:  # the best preferred size, within the delay (or none set)
+            return best, saturated or no_delay
+        if pending == 0:  # the payload is full: nothing more fits (Triton starts a new one)
+            return 0, True
+        if send_now or size + pending >= most:  # it cannot grow any larger: all that waits
+            return pending, True
+        if over or no_delay:
+            return pending, saturated
+        if not saturated and size and size not in self.preferred_set:
+            return pending, False  # a payload not at a preferred size takes what is there
+        return 0, saturated
 
     def _wait(self, size: int) -> Any:
         """Wait out the delay; an arrival wakes the batcher once a preferred size is queued."""
@@ -188,16 +209,20 @@ class _Batcher:
             newest = self.pending[-1] if self.pending else None
             growing = newest is not None and not newest.saturated
             size = len(newest.members) if growing and newest is not None else 0
-            take = self._take(size)
+            take, saturated = self._take(size)
+            if take == 0 and saturated and growing and newest is not None:
+                newest.saturated = True  # full: the next arrivals start a new payload
+                self.wake_at = 0
+                continue
             if take == 0:
                 yield from self._wait(size)
                 continue
             members = [self.queue.popleft() for _ in range(take)]
             if growing and newest is not None:
                 newest.members.extend(members)
-                newest.saturated = self._saturated(len(newest.members))
+                newest.saturated = saturated
             else:
-                self.pending.append(_Payload(members, self._saturated(take)))
+                self.pending.append(_Payload(members, saturated))
             if self.pending[-1].saturated:
                 self.wake_at = 0
             if not self.work.triggered:
