@@ -99,23 +99,21 @@ def _after_bursts(rise: np.ndarray, in_flight: np.ndarray, usual: float | None) 
     return out
 
 
-def _no_one_else(sig: Signals, baseline: np.ndarray, starved: np.ndarray | None) -> np.ndarray:
+def _no_one_else(sig: Signals, baseline: np.ndarray) -> np.ndarray:
     """Windows where no other work took more CPU: the server waited on its own threads.
 
     Bunched arrivals (a proxy that releases requests together) and the server's own
     extra work (large copies) make its threads wait for each other, and the run delay
     rises with no neighbour. Where the machine's and the server's CPU are recorded,
-    CPU saturation needs the CPU others used to rise (`neighbours_rose`), except where
-    the cores were saturated and the server starved: no room is left there for a
-    neighbour's share to grow. All False where others' CPU is not recorded.
+    CPU saturation needs the CPU others used to rise (`neighbours_rose`); on saturated
+    cores too, where what the server loses is what others gain (a host busy all run
+    whose server waited longer in one spike, others' CPU flat: seed 44's busy control).
+    All False where others' CPU is not recorded.
     """
     rose = neighbours_rose(sig, baseline)
     if rose is None:
         return np.zeros(sig.n, dtype=bool)
-    alone = np.nan_to_num(rose, nan=1.0) <= 0
-    if starved is not None:
-        alone &= ~(np.nan_to_num(starved, nan=0.0) > 0)
-    return alone
+    return np.nan_to_num(rose, nan=1.0) <= 0
 
 
 def _stopped(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
@@ -157,7 +155,7 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
         cond = np.nan_to_num(starved, nan=0.0) > 0
     else:
         cond = full
-    cond &= ~_no_one_else(sig, baseline, starved)
+    cond &= ~_no_one_else(sig, baseline)
     offered_base = median(sig.offered_rps, baseline)
     if offered_base:
         rise = np.nan_to_num(sig.offered_rps, nan=0.0) >= ARRIVALS_RISE * offered_base
