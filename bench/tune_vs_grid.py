@@ -72,9 +72,9 @@ def main() -> None:
     parser.add_argument("--slo", default="p99=250ms")
     parser.add_argument("--batch-us", type=int, default=60000, help="simulated compute per batch")
     parser.add_argument("--item-us", type=int, default=500, help="... and per request in it")
-    parser.add_argument("--max-duration", type=float, default=150.0, help="per capacity search")
+    parser.add_argument("--max-duration", type=float, default=240.0, help="per capacity search")
     parser.add_argument(
-        "--window", type=int, default=5, help="seconds per measure window of every probe"
+        "--window", type=int, default=3, help="seconds per measure window of every probe"
     )
     parser.add_argument("--verify", type=int, default=3)
     parser.add_argument("--start", type=float, default=40.0)

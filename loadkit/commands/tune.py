@@ -165,11 +165,17 @@ def run(args: argparse.Namespace) -> int:
             repo, original, plan, instance_counts, max_batch, args.profile_step, log=_log
         )
 
-    def measure(k: int, settings: Mapping[str, Any]) -> Path:
+    def measure(k: int, settings: Mapping[str, Any], predicted_rps: float | None) -> Path:
         from loadkit.commands.capacity import _analyze, search_capacity
 
+        start = tune.verify_start(predicted_rps, args.start, args.max_rate)
         point_args = argparse.Namespace(
-            **{**vars(args), "model": model, "overrides": [f"{n}={v}" for n, v in common.items()]}
+            **{
+                **vars(args),
+                "model": model,
+                "overrides": [f"{n}={v}" for n, v in common.items()],
+                "start": start,
+            }
         )
         run_dir, _ = search_capacity(
             point_args,

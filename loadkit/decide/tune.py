@@ -32,10 +32,22 @@ TUNE_FILE = "tune.json"
 PROFILE_FILE = "profile.json"
 TUNE_VERSION = 1
 
-# measure(verification index, settings) -> the capacity run's directory
-Measure = Callable[[int, Mapping[str, Any]], Path]
+# measure(verification index, settings, predicted capacity) -> the capacity run's directory
+Measure = Callable[[int, Mapping[str, Any], "float | None"], Path]
 Write = Callable[[Mapping[str, Any]], None]
 Profile = Callable[[], BatchProfile]
+
+# A verifying search starts its ramp here, as a share of the predicted capacity: the
+# ramp's first probes below it would only confirm what the profile already showed, and
+# 0.8 leaves room for a prediction 25 % too high before the first probe fails.
+VERIFY_START_SHARE = 0.8
+
+
+def verify_start(predicted_rps: float | None, start_rps: float, max_rps: float) -> float:
+    """The first probe's rate of a verifying search: near the prediction, never below --start."""
+    if predicted_rps is None or predicted_rps <= 0:
+        return start_rps
+    return min(max(start_rps, VERIFY_START_SHARE * predicted_rps), max_rps)
 
 
 def parse_space(items: Sequence[str]) -> list[tuple[str, list[int]]]:
@@ -294,7 +306,7 @@ def run_tune(
                     data["verifications"].append(verification(row, point, slo))
                     write(data)
                     continue
-                run_dir = measure(k, settings)
+                run_dir = measure(k, settings, row["predicted"].get("capacity_rps"))
                 if sweep.run_status(run_dir) == "aborted-interrupt":
                     point = sweep.point(k, settings, run_dir, "interrupted")
                     data["verifications"].append(verification(row, point, slo))

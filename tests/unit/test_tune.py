@@ -28,6 +28,7 @@ from loadkit.decide.tune import (
     run_tune,
     scenario_arrivals,
     verification,
+    verify_start,
 )
 from loadkit.errors import TargetError, UsageError
 from loadkit.kserve.repository import apply_settings, preferred_sizes, read_settings
@@ -197,6 +198,15 @@ def test_a_verifying_search_cut_short_is_a_lower_bound_and_says_so() -> None:
     )
 
 
+def test_a_verifying_search_starts_near_its_prediction_within_the_search_bounds() -> None:
+    # the ramp's probes far below the prediction are skipped: 0.8 x 440 = 352
+    assert verify_start(440.0, 40.0, 800.0) == pytest.approx(352.0)
+    # never below --start, never above --max-rate, and --start without a prediction
+    assert verify_start(30.0, 40.0, 800.0) == 40.0
+    assert verify_start(5000.0, 40.0, 800.0) == 800.0
+    assert verify_start(None, 40.0, 800.0) == 40.0
+
+
 def test_space_and_scenario_arrivals() -> None:
     assert parse_space(["max_batch_size=4,8", "instances=1,2"]) == [
         ("max_batch_size", [4, 8]),
@@ -254,15 +264,18 @@ def _tune(
 def test_tune_json_has_the_space_the_profile_predictions_and_verifications(tmp_path: Path) -> None:
     repo = _Repository()
     measured: list[dict[str, Any]] = []
+    predicted: list[float | None] = []
 
-    def measure(k: int, settings: dict[str, Any]) -> Path:
+    def measure(k: int, settings: dict[str, Any], predicted_rps: float | None) -> Path:
         measured.append(dict(settings))
+        predicted.append(predicted_rps)
         raise TargetError("the search could not start")
 
     with pytest.raises(TargetError):
         _tune(repo, tmp_path, measure)
-    # the best predicted (max_batch_size=8) was verified first ...
+    # the best predicted (max_batch_size=8) was verified first, told its prediction ...
     assert measured == [{"max_batch_size": 8}]
+    assert predicted[0] is not None and predicted[0] > 0
     # ... and the original configuration was loaded back after the failure
     assert read_settings(repo.loaded[-1]) == read_settings(CONFIG)
 
@@ -281,12 +294,12 @@ def test_a_failing_profile_restores_and_the_predictions_are_kept_when_it_works(
         run_tune(
             repo, CONFIG, data, lambda d: None, profile=broken, points=[{"instances": 2}],
             arrivals=np.array([]), slo=Slo("p99", 50.0), spacing="constant", seed=0,
-            verify=0, measure=lambda k, s: tmp_path, profile_path=tmp_path / "p.json",
+            verify=0, measure=lambda k, s, p: tmp_path, profile_path=tmp_path / "p.json",
         )  # fmt: skip
     assert data["restored"]["ok"] is True and data["status"] == "failed"
     assert read_settings(repo.loaded[-1]) == read_settings(CONFIG)
 
-    def unreachable(k: int, settings: Any) -> Path:
+    def unreachable(k: int, settings: Any, predicted_rps: float | None) -> Path:
         raise TargetError("gone")
 
     written: list[dict[str, Any]] = []
@@ -375,7 +388,7 @@ def test_loadkit_report_renders_a_tune_directory_again(
     from loadkit.cli import main
 
     # GIVEN the tune.json a tune left when its verification failed (profile and predictions)
-    def unreachable(k: int, settings: Any) -> Path:
+    def unreachable(k: int, settings: Any, predicted_rps: float | None) -> Path:
         raise TargetError("gone")
 
     written: list[dict[str, Any]] = []
