@@ -39,14 +39,15 @@ Issue 42 adds five wide-only cases of a shared fleet:
 - `neighbour-model`: periodic bursts of another model (doc_ranker, given simulated
   accelerator time) on the same server and the same simulated GPU, whose time the
   two models share (`loadkit.faults.NeighbourModel`); the ranker is measured
-- `power-cap`: the simulated GPU held at 60-95 % of its board power, its clock 5-20 %
+- `power-cap`: the simulated GPU held at 40-95 % of its board power, its clock 5-45 %
   down, one of two GPUs (the other with a background load), reason bits read in
-  half the draws
+  half the draws; at the knee load in three draws of four
 - `errors-from-stall`: stalls longer than the client's request timeout
 - `slow-path`: a TCP proxy in front of the server that holds each request in its
   windows (`loadkit.faults.SlowPath`)
 - `partial-neighbour`: busy loops on a quarter to a half of the cores, at the
-  server's own priority (nice 0, same session) and above (own session, nice -10..0)
+  server's own priority (nice 0, same session) and above (own session, nice -10..0);
+  in half the draws the server's cpuset is those same cores
 
 and draws `model-slowdown+stall` at two periods too (the slowdown's 1.4x the stall's;
 until seed 27 both were drawn alone and could fall within 3 % of each other, so that
@@ -257,14 +258,20 @@ NEIGHBOUR_ROWS = 8  # doc_ranker's max batch: each request one full batch
 NEIGHBOUR_DOCS = 16
 NEIGHBOUR_BUSY = (0.15, 0.75)
 # power-cap: the cap as a share of the board's power, and the clock it leaves (a cap at
-# 40 % takes 35 % off the clock, one at 95 % 5 %; linear between); a second GPU beside it,
+# 40 % takes 45 % off the clock, one at 95 % 5 %; linear between); a second GPU beside it,
 # busy SECOND_GPU_BUSY (another job); the reason bits read in REASON_BITS_SHARE of the
 # draws. The issue asked for 60-95 % (clock 5-20 % down); report set 36-39 (session 16)
 # drew only that and no run's P99 rose 1.5x: the ranker's simulated compute stretches by
 # 1/clock, at most 1.25x at low load. The strong end (a cap at 40-60 %, as a shared rack's
 # budget does) gives the detection curve its upper bins.
 POWER_CAP_FRACTION = (0.40, 0.95)
-POWER_CAP_CLOCK = (0.65, 0.95)
+# Session 19: the strong end to 0.55 of max (the simulated thermal throttle's clock), and
+# the knee load in POWER_CAP_KNEE_SHARE of the draws. With (0.65, 0.95) at any load no
+# run of seeds 36-48 raised P99 1.5x (0 of 13; the highest 1.5x, a cap at 62 % at the
+# knee): at low and medium load the batcher absorbs a slower GPU, which the remaining
+# draws still test.
+POWER_CAP_CLOCK = (0.55, 0.95)
+POWER_CAP_KNEE_SHARE = 0.75
 SECOND_GPU_BUSY = 0.3
 REASON_BITS_SHARE = 0.5
 # errors-from-stall: stalls of 1-4 s against a request timeout of 25-75 % of the stall
@@ -281,6 +288,11 @@ SLOW_PATH_DELAY_MS = (1.0, 40.0)
 # low-load draw tests only that nothing wrong is named, which the controls already do.
 PARTIAL_CORES_SHARE = (0.25, 0.5)
 PARTIAL_NICE = (-10, 0)
+# ... and in PARTIAL_SERVER_CPUSET_SHARE of the draws the server runs in a cpuset of those
+# same cores (a container pinned to some cores, a neighbour landing on them), the
+# machine's other cores free. Without it no run of seeds 36-48 raised P99 1.5x (0 of 13,
+# at most 1.2x): the server here needs well under the one core a burner leaves it.
+PARTIAL_SERVER_CPUSET_SHARE = 0.5
 
 
 def _nominal_capacity(triton: dict[str, Any]) -> float:
@@ -477,6 +489,8 @@ def plan_wide_case(case: str, seed: int, duration_s: float = DEFAULT_DURATION_S)
     if case == "partial-neighbour":
         levels = levels[1:]
     level = rng.choice(levels)
+    if case == "power-cap":
+        level = "knee" if rng.random() < POWER_CAP_KNEE_SHARE else level
     triton: dict[str, Any] = {"max_queue_delay_us": CONTROL_QUEUE_DELAY_US, "max_batch_size": 32}
     if level == "knee":
         triton = {**triton, **BURST_TRITON}
@@ -644,13 +658,18 @@ def _plan_shared_fleet(case: str, rng: random.Random, plan: CasePlan, load: dict
     if case == "partial-neighbour":
         share = rng.uniform(*PARTIAL_CORES_SHARE)
         own = rng.random() < 0.5
+        processes = max(1, round(share * _host_cores()))
         plan.faults["cpu-burn"] = {
             "schedule": _episodic(rng, (2.5, 4.0)),
             "cores_share": round(share, 3),
-            "processes": max(1, round(share * _host_cores())),
+            "processes": processes,
             "nice": rng.randint(*PARTIAL_NICE) if own else 0,
             "own_session": own,
         }
+        if rng.random() < PARTIAL_SERVER_CPUSET_SHARE:
+            cores = sorted(os.sched_getaffinity(0))[-processes:]  # the burners' cores ...
+            plan.faults["cpu-burn"]["cpus"] = cores
+            plan.triton["cpuset"] = cores  # ... are the server's cpuset
 
 
 def _neighbour_body(rows: int) -> dict[str, Any]:
@@ -842,6 +861,8 @@ class _Faults:
         self._record_sources(writer)
         time.sleep(SETTLE_S)
         pid = self.triton.pid
+        if self.plan.triton.get("cpuset"):
+            _pin_tree(pid, self.plan.triton["cpuset"])
         if "stall" in faults:
             self.injectors.append(
                 ProcessStall(pid, _schedule(faults["stall"]["schedule"], until), run_dir=run_dir)
@@ -856,6 +877,7 @@ class _Faults:
                     processes=int(f.get("processes") or cores * int(f["processes_per_core"])),
                     nice=int(f.get("nice", 0)),
                     own_session=f.get("own_session"),
+                    cpus=f.get("cpus"),
                     run_dir=run_dir,
                 )
             )
@@ -977,6 +999,21 @@ def check_case_possible(case: str) -> str | None:
         os.kill(probe.pid, 9)
         probe.wait()
     return None
+
+
+def _pin_tree(pid: int, cores: list[int]) -> None:
+    """Run the server (every thread of its process tree) on `cores` only: its cpuset.
+
+    Threads started later inherit their creator's affinity, so pinning the ones
+    alive before the load covers the server's whole run.
+    """
+    root = psutil.Process(pid)
+    for proc in [root, *root.children(recursive=True)]:
+        for thread in proc.threads():
+            try:
+                os.sched_setaffinity(thread.id, cores)
+            except (ProcessLookupError, PermissionError):
+                continue
 
 
 def _host_cores() -> int:

@@ -17,6 +17,10 @@ session, like a script started beside the server) only that of its process. Rais
 the fault is unavailable rather than silently weaker. Windows stay bounded:
 the burners are killed at each window's end.
 
+`cpus` pins the burners to those cores (a neighbour on some of them: with the
+server's own cpuset on the same cores it competes with the server there, while
+the machine's other cores stay free).
+
 Burners ask the kernel to SIGKILL them if their parent thread dies
 (PR_SET_PDEATHSIG), so even a killed injector leaves no busy loop behind.
 """
@@ -29,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +42,8 @@ from loadkit.faults.schedule import Clock, FaultSchedule, FaultUnavailable, Sche
 
 READY_TIMEOUT_S = 10.0
 
-# argv[1]: our PID, argv[2]: nice, argv[3]: "idle" for SCHED_IDLE. Die with the
+# argv[1]: our PID, argv[2]: nice, argv[3]: "idle" for SCHED_IDLE, argv[4]: the cores
+# to run on ("-": any). Die with the
 # parent; take the priority (for the burner's own autogroup too: it runs in a
 # session of its own); tell the parent we run; burn.
 BURNER_CODE = """\
@@ -58,6 +64,8 @@ if nice:
     os.setpriority(os.PRIO_PROCESS, 0, nice)
 if sys.argv[3] == "idle":
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+if sys.argv[4] != "-":
+    os.sched_setaffinity(0, [int(c) for c in sys.argv[4].split(",")])
 sys.stdout.write("1")
 sys.stdout.flush()
 while True:
@@ -91,6 +99,7 @@ class CpuBurn(ScheduledFault):
         nice: int = 0,
         own_session: bool | None = None,
         sched_idle: bool = False,
+        cpus: Sequence[int] | None = None,
         run_dir: str | Path | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -111,6 +120,12 @@ class CpuBurn(ScheduledFault):
         # task preempts them at once (a nice value alone does not: at nice 19,
         # EEVDF still lets a burner finish its slice before a waking server runs).
         self.sched_idle = sched_idle
+        self.cpus = sorted(set(cpus)) if cpus else None
+        if self.cpus is not None and not set(self.cpus) <= os.sched_getaffinity(0):
+            raise FaultUnavailable(
+                f"cpu burn on cores {self.cpus}: this process may run only on "
+                f"{sorted(os.sched_getaffinity(0))}"
+            )
         self._burners: list[subprocess.Popen[bytes]] = []
 
     @property
@@ -125,11 +140,15 @@ class CpuBurn(ScheduledFault):
             "nice": self.nice,
             "own_session": self.own_session,
             "sched_idle": self.sched_idle,
+            "cpus": self.cpus,
         }
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         policy = "idle" if self.sched_idle else "normal"
-        argv = [sys.executable, "-S", "-c", BURNER_CODE, str(os.getpid()), str(self.nice), policy]
+        cpus = ",".join(map(str, self.cpus)) if self.cpus else "-"
+        argv = [
+            sys.executable, "-S", "-c", BURNER_CODE, str(os.getpid()), str(self.nice), policy, cpus
+        ]  # fmt: skip
         # Forked on a process-long thread (lifeline), so the PDEATHSIG below
         # follows this process, not the schedule's thread.
         return lifeline.popen(

@@ -166,3 +166,27 @@ def test_an_idle_burner_runs_under_sched_idle_and_a_normal_one_does_not() -> Non
         finally:
             fault.stop()
         assert fault.pids == []
+
+
+def test_a_burner_runs_only_on_the_cores_it_was_given() -> None:
+    # GIVEN a real burner pinned to the last core this process may use
+    last = max(os.sched_getaffinity(0))
+    fault = CpuBurn(FaultSchedule(duration_s=60.0), processes=1, cpus=[last])
+    fault.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not fault.active and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fault.active, "the burner did not start"
+        # THEN the kernel lets it run on that core only, and the fault says which
+        assert os.sched_getaffinity(fault.pids[0]) == {last}
+        assert fault.describe()["cpus"] == [last]
+    finally:
+        fault.stop()
+    assert fault.pids == []
+
+
+def test_cores_this_process_may_not_use_are_refused_up_front() -> None:
+    beyond = max(os.sched_getaffinity(0)) + 1
+    with pytest.raises(FaultUnavailable, match="may run only on"):
+        CpuBurn(FaultSchedule(duration_s=1.0), processes=1, cpus=[beyond])

@@ -130,6 +130,21 @@ def test_rank_findings_puts_the_residual_after_a_cause_of_the_same_episodes():
     assert "Ranked after cgroup_throttling" in capped.summary
 
 
+def test_a_residual_ranked_after_a_cause_keeps_its_place_among_the_other_residuals():
+    # GIVEN a moderate stall in five episodes, a compute residual in four of them (so
+    # ranked after the stall) and a queue residual in one other episode, both weak
+    stall = _finding("process_stall", "moderate", ("e1", "e2", "e3", "e4", "e5"))
+    compute = _finding("unexplained_compute_slowdown", "weak", ("e1", "e2", "e3", "e4"))
+    queue = _finding("unexplained_queue_growth", "weak", ("e6",))
+    ranked = attribution.rank_findings([queue, compute, stall])
+    # THEN the compute residual comes right after the stall, before the one-episode residual
+    assert [f.cause for f in ranked] == [
+        "process_stall",
+        "unexplained_compute_slowdown",
+        "unexplained_queue_growth",
+    ]
+
+
 def test_rank_findings_leaves_a_residual_of_other_episodes_alone():
     residual = _finding("unexplained_compute_slowdown", "moderate", ("e1", "e2"))
     quota = _finding("cgroup_throttling", "weak", ("e3",))
