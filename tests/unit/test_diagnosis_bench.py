@@ -511,6 +511,7 @@ def test_fault_effect_is_the_p99_lift_of_the_windows_a_fault_touches() -> None:
     for i in (12, 13, 14):
         p99[i] = 40.0
     p99[3] = 500.0  # inside the warm-up: left out of the baseline
+    p99[15] = 100.0  # a second fault's own window (below)
     windows = SimpleNamespace(
         t_ns=tuple(t0 + i * S for i in range(30)),
         t_s=tuple(float(i) for i in range(30)),
@@ -520,3 +521,14 @@ def test_fault_effect_is_the_p99_lift_of_the_windows_a_fault_touches() -> None:
     stall = Interval(m.CAUSE_PROCESS_STALL, t0 + 12_200_000_000, t0 + 13_500_000_000)
     effects = fault_effects(analysis, [stall])  # type: ignore[arg-type]
     assert effects == {m.CAUSE_PROCESS_STALL: pytest.approx(4.0)}
+    # a second fault over 13.8-15 s touches windows 13-15 (P99 100 ms in 15): the stall's
+    # lift comes from its window 12 alone, the quota's from 15 alone ...
+    quota = Interval(m.CAUSE_CGROUP_THROTTLING, t0 + 13_800_000_000, t0 + 15_000_000_000)
+    both = fault_effects(analysis, [stall, quota])  # type: ignore[arg-type]
+    assert both == {
+        m.CAUSE_PROCESS_STALL: pytest.approx(4.0),
+        m.CAUSE_CGROUP_THROTTLING: pytest.approx(10.0),
+    }
+    # ... and a fault whose every window another fault also touches has no measured effect
+    inside = Interval(m.CAUSE_PROCESS_STALL, t0 + 14_100_000_000, t0 + 14_300_000_000)
+    assert fault_effects(analysis, [inside, quota])[m.CAUSE_PROCESS_STALL] is None  # type: ignore[arg-type]
