@@ -150,16 +150,21 @@ def test_burner_dies_with_its_parent_on_sigkill() -> None:
             os.kill(burner_pid, signal.SIGKILL)
 
 
+def _start_and_wait(fault: CpuBurn) -> None:
+    """Start a window of real burners and wait until they run (at most 20 s)."""
+    fault.start()
+    deadline = time.monotonic() + 20
+    while not fault.active and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fault.active, "the burner did not start"
+
+
 def test_an_idle_burner_runs_under_sched_idle_and_a_normal_one_does_not() -> None:
     # GIVEN one real burner of each policy (a window of 60 s, stopped as soon as seen)
     for sched_idle, policy in ((True, os.SCHED_IDLE), (False, os.SCHED_OTHER)):
         fault = CpuBurn(FaultSchedule(duration_s=60.0), processes=1, sched_idle=sched_idle)
-        fault.start()
         try:
-            deadline = time.monotonic() + 20
-            while not fault.active and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert fault.active, "the burner did not start"
+            _start_and_wait(fault)
             # THEN the kernel runs it under the policy asked for
             assert os.sched_getscheduler(fault.pids[0]) == policy
             assert fault.describe()["sched_idle"] is sched_idle
@@ -172,12 +177,8 @@ def test_a_burner_runs_only_on_the_cores_it_was_given() -> None:
     # GIVEN a real burner pinned to the last core this process may use
     last = max(os.sched_getaffinity(0))
     fault = CpuBurn(FaultSchedule(duration_s=60.0), processes=1, cpus=[last])
-    fault.start()
     try:
-        deadline = time.monotonic() + 20
-        while not fault.active and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert fault.active, "the burner did not start"
+        _start_and_wait(fault)
         # THEN the kernel lets it run on that core only, and the fault says which
         assert os.sched_getaffinity(fault.pids[0]) == {last}
         assert fault.describe()["cpus"] == [last]
