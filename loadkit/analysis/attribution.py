@@ -435,11 +435,10 @@ def rank_findings(findings: Sequence[Finding]) -> list[Finding]:
     # its place among the rest (seed 48: a compute residual in 4/4 episodes fell behind a
     # queue residual in 1/1 of the same level, only for being ranked after the stall).
     for cause, over_causes in after.items():
-        f = next(x for x in own if x.cause == cause)
+        at = next(i for i, x in enumerate(own) if x.cause == cause)
         last = max((i for i, x in enumerate(own) if x.cause in over_causes), default=-1)
-        if own.index(f) < last:
-            own.remove(f)
-            own.insert(last, f)
+        if at < last:
+            own.insert(last, own.pop(at))
     following = [f for f in ranked if f.consequence_of in present]
     out: list[Finding] = []
     for f in own:

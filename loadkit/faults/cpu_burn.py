@@ -43,9 +43,8 @@ from loadkit.faults.schedule import Clock, FaultSchedule, FaultUnavailable, Sche
 READY_TIMEOUT_S = 10.0
 
 # argv[1]: our PID, argv[2]: nice, argv[3]: "idle" for SCHED_IDLE, argv[4]: the cores
-# to run on ("-": any). Die with the
-# parent; take the priority (for the burner's own autogroup too: it runs in a
-# session of its own); tell the parent we run; burn.
+# to run on ("-": any). Die with the parent; take the priority (for the burner's own
+# autogroup too: it runs in a session of its own); pin; tell the parent we run; burn.
 BURNER_CODE = """\
 import ctypes, os, sys
 try:
