@@ -35,7 +35,10 @@ pytestmark = pytest.mark.integration
 
 PERIOD_S = 8.0
 SLOW_S = 2.5
-LOAD_S = 50.0
+# 60 s: seven slow spells (6 s, 14 s, ... 54 s). At 50 s the sixth fell at the window's
+# end, and five phase-locked spells are barely enough for the period test's Rayleigh
+# alpha (p = 0.0059 against 0.0025 in one CI run): the period was found or not by chance.
+LOAD_S = 60.0
 THREADS = 4
 STEPS = ("1s", "2s")
 RATE_PER_THREAD = 25.0  # requests/s each: 100/s in all, each thread paced on a schedule

@@ -388,3 +388,19 @@ def test_this_machines_copy_keeps_its_process_part() -> None:
     source = Source.from_dict({**raw, "parts": {"process": "server"}})
     assert source.place_of("server_cpu_pct") == PLACE_SERVER
     assert source.place_of("cpu_pct") == PLACE_CLIENT
+
+
+def test_a_cores_busy_share_stays_within_0_and_100_when_the_exporter_reads_late() -> None:
+    from loadkit.telemetry.prometheus.families import NODE, parse_exposition, rows_from_scrapes
+
+    # GIVEN two scrapes 1 s apart by our clock, where the exporter read its counters
+    # 1.016 s apart: core 0 idle all along gains 1.016 s of idle, core 1 0.5 s
+    _, first = rows_from_scrapes(
+        NODE, parse_exposition(node_text((100.0, 100.0), 0.0, 0, 0)), S, None
+    )
+    rows, _ = rows_from_scrapes(
+        NODE, parse_exposition(node_text((101.016, 100.5), 0.0, 0, 0)), 2 * S, first
+    )
+    (row,) = rows.values()
+    # THEN the idle core reads 0 % busy, not -1.6 %, and the other its 50 %
+    assert row["cpu_per_core_pct"] == pytest.approx([0.0, 50.0])
