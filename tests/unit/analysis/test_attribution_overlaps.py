@@ -62,6 +62,26 @@ def test_stalls_during_thermal_throttling_are_both_found_and_not_a_burst(analyze
     assert "arrival_burst" not in causes
 
 
+def test_a_stall_masked_by_a_quota_is_found_on_the_episodes_the_quota_leaves(analyze_spec):
+    # GIVEN a quota that throttles the server for 3 s every 10 s (seven episodes) and two
+    # short stops between its windows: the stall's signature holds in 2 of 9 episodes,
+    # under the 30 % any cause needs when rated on every episode
+    quotas = tuple(W(t, t + 3, 3.0) for t in (10, 20, 30, 40, 50, 60, 70))
+    spec = RunSpec(rate_rps=250, cgroup_quotas=quotas, stalls=(W(35, 35.5), W(76, 76.5)))
+    a = analyze_spec(spec, "stall-masked-by-quota")
+    # THEN the quota is first, and the stall is found on the episodes it leaves over: a
+    # weak lead there (two episodes of nine), said to be rated on those
+    causes = [f.cause for f in a.findings]
+    assert causes[:2] == ["cgroup_throttling", "process_stall"], causes
+    stall = a.findings[1]
+    assert stall.confidence == "weak" and len(stall.episodes) == 2
+    assert set(stall.episodes).isdisjoint(a.findings[0].episodes)
+    assert "2/2 spike episodes no other cause explains" in stall.summary
+    # ... and without the stops, the quota's leftovers name no stall
+    alone = analyze_spec(RunSpec(rate_rps=250, cgroup_quotas=quotas), "quota-alone")
+    assert "process_stall" not in [f.cause for f in alone.findings]
+
+
 def _host(n: int, host_wide: float, server: float | None) -> HostSeries:
     nan = np.full(n, np.nan)
     return HostSeries(
