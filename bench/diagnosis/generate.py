@@ -47,7 +47,8 @@ Issue 42 adds five wide-only cases of a shared fleet:
   windows (`loadkit.faults.SlowPath`)
 - `partial-neighbour`: busy loops on a quarter to a half of the cores, at the
   server's own priority (nice 0, same session) and above (own session, nice -10..0);
-  in half the draws the server's cpuset is those same cores
+  in half the draws the server's cpuset is those same cores, the neighbour then above
+  the server's priority (nice -10..-1)
 
 and draws `model-slowdown+stall` at two periods too (the slowdown's 1.4x the stall's;
 until seed 27 both were drawn alone and could fall within 3 % of each other, so that

@@ -100,6 +100,10 @@ def test_prometheus_window_finds_the_spikes_and_the_load_tests_period(
     assert prod.info.production is not None
     assert prod.info.production["latency_source"] == "triton-summary"
     assert prod.has_series("host") and prod.has_series("triton_stats")
+    # every core's busy share, as the imported PromQL gives it, is a share (0-100 %)
+    rows = prod.series("host")["cpu_per_core_pct"].dropna()
+    per_core = [v for row in rows for v in row if v is not None and v == v]  # NaN: no point
+    assert per_core and 0.0 <= min(per_core) and max(per_core) <= 100.0, per_core
     from_prometheus = analyze_run(prod)
     from_load_test = analyze_run(load_run(load_run_dir))
 

@@ -86,6 +86,10 @@ def test_analyze_interrupted_while_writing_keeps_the_previous_analysis(
 def test_report_into_an_unwritable_place_is_one_line(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # analyzed first: otherwise the report says "analyzing ..." before its error, and
+    # whether an earlier test of this module analyzed the shared run decided the outcome
+    assert main(["analyze", str(run_dir)]) == 0
+    capsys.readouterr()
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     assert main(["report", str(run_dir), "-o", str(blocker / "report.html")]) == EXIT_USAGE

@@ -88,6 +88,11 @@ WAIT_FLOOR_MS_PER_S = 20.0
 # session 18), a slow proxy +0.03 core and data movement +0.01 against +0.98 and +1.73 for
 # the two neighbours, each within or beyond its baseline's spread.
 NEIGHBOUR_MIN_CORES = 0.1
+# Compute per batch this much over its baseline at the same batch size is a slowdown of
+# the model's compute on its own (the compute residual's bar); a neighbour model's
+# contention holds at it too, or lower where the growth clears its own spread
+# (model_contention.COMPUTE_INFLATION_FLOOR).
+COMPUTE_INFLATION = 1.3
 # Another model on the same server works more where its compute per second clears its
 # baseline's spread and is this many times its baseline median ... (`model_rises`:
 # model_contention's "another model rose"; CPU saturation leaves such windows to it.)

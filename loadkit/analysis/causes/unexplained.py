@@ -16,6 +16,7 @@ import numpy as np
 
 from loadkit.analysis.causes.base import (
     BUSY_CORES_SHARE,
+    COMPUTE_INFLATION,
     UNEXPLAINED,
     Cause,
     Signals,
@@ -36,7 +37,6 @@ from loadkit.analysis.causes.base import (
 from loadkit.analysis.model import Evidence
 from loadkit.analysis.noise import EFFECT_MOVED, MAD_TO_SIGMA, SPREAD_SIGMAS, moved
 
-COMPUTE_INFLATION = 1.3  # compute per batch this much over baseline at the same batch size
 GROWTH_RATIO = 2.0  # other parts: at least 2x their baseline ...
 GROWTH_MIN_MS = 1.0  # ... and 1 ms more
 SERVER_SIDE_RATIO = 1.5

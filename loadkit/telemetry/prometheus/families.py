@@ -53,9 +53,10 @@ class LiveRate:
     A counter that went down (a restart) gives no value for that interval.
     `per_interval`: the increase itself, not per second (`offset + scale * increase`):
     a count per sample, as the host sampler writes new connections.
-    `bounds`: the range the field can take (a core's busy share, 0-100 %). The seconds
-    are between our two scrapes, the counters are read when the exporter answers: that
-    jitter puts an idle core a little above 100 % idle (seen: -1.6 % busy).
+    `bounds`: the range the field can take (a core's busy share, 0-100 %), in the live
+    rate and in the field's PromQL alike. The seconds are between our two scrapes, the
+    counters are read when the exporter answers: that jitter puts an idle core a little
+    above 100 % idle (seen: -1.6 % busy).
     """
 
     scale: float
@@ -103,7 +104,14 @@ class MetricMap:
         own = [f'{k}="{v}"' for k, v in self.match.items()]
         sel = ",".join(m for m in (*own, matchers) if m)
         if self.query is not None:
-            return self.query.format(sel=sel, rate=rate_window)
+            query = self.query.format(sel=sel, rate=rate_window)
+            if self.live is not None and self.live.bounds is not None:
+                # Prometheus's rate has the live rate's jitter (its scrape's timestamp,
+                # the exporter's read), so the same bounds hold. clamp_min/clamp_max, not
+                # clamp: servers before Prometheus 2.26 have only those.
+                lo, hi = self.live.bounds
+                query = f"clamp_max(clamp_min({query}, {lo:g}), {hi:g})"
+            return query
         bare = f"{self.metric}{{{sel}}}"
         if self.sum_over:
             return f"sum without ({', '.join(self.sum_over)}) ({bare})"
