@@ -40,6 +40,7 @@ examples:
       --peak 2000 --headroom 50% --max-duration 300
   loadkit capacity --target http://127.0.0.1:8000 --model doc_ranker --slo p95=20ms \\
       --start 50 --max-rate 800 --trials 3
+  loadkit capacity --target http://10.0.0.7:8000 --slo p99=50ms --agent http://10.0.0.7:9477
 
 exit codes: 0 the search answered, 2 bad input (SLO, percentages, model not
 served), 3 the target could not be reached, 130 interrupted (data kept).
@@ -124,6 +125,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="GPU telemetry source (default auto: NVML if present)",
     )
     parser.add_argument("--server-pid", type=int, help="PID of the server, for its CPU")
+    options.add_server_telemetry(parser)
     options.add_server_host(parser)
     parser.add_argument("--no-report", action="store_true", help="do not write report.html")
 
@@ -189,13 +191,14 @@ def search_capacity(
     from loadkit.load.search import CapacitySearch, SearchStopped
 
     settings = settings_from(args)
+    server_telemetry = options.server_telemetry(args)
     params: dict[str, Any] = scenario_params(args)
     for reserved in ("max_rate", "max_duration_s", "idle_rate"):
         if reserved in params:
             raise UsageError(f"--set {reserved} is set by loadkit capacity itself")
     params.update(max_rate=str(settings.max_rps), max_duration_s=str(args.max_duration + 60))
     http = args.target.startswith(("http://", "https://"))
-    options = RunOptions(
+    run_options = RunOptions(
         seed=args.seed,
         out_dir=out_dir,
         run_id=run_id,
@@ -205,6 +208,7 @@ def search_capacity(
             triton_url=args.target.rstrip("/") if http else None,
             server_pid=getattr(args, "server_pid", None),
             server_host=getattr(args, "server_host", None),
+            extra=server_telemetry,
         ),
         extra_manifest={
             "kind": "capacity",
@@ -218,7 +222,7 @@ def search_capacity(
         command_line=["loadkit", *sys.argv[1:]],
     )
     failure: str | None = None
-    with LoadRun(scenario_dir() / "_steered.py", args.target, options) as load:
+    with LoadRun(scenario_dir() / "_steered.py", args.target, run_options) as load:
         procs = load.procs
         assert procs is not None
         search = CapacitySearch(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from loadkit.errors import UsageError
 
@@ -41,6 +42,43 @@ def add_server_host(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -
     from loadkit.placement import SERVER_HOST_CHOICES, SERVER_HOST_HELP
 
     parser.add_argument("--server-host", choices=SERVER_HOST_CHOICES, help=SERVER_HOST_HELP)
+
+
+def add_server_telemetry(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """`--scrape FAMILY=URL` and `--agent URL`: the server's GPU and host read on its machine.
+
+    Every command that records runs against a server (run, capacity, sweep, tune): where
+    loadkit runs on another machine, only these make the server's evidence the server's.
+    """
+    from loadkit.telemetry.scrape import SCRAPE_FLAG_FAMILIES
+
+    parser.add_argument(
+        "--scrape",
+        action="append",
+        default=[],
+        metavar="FAMILY=URL",
+        help="scrape one of the server's exporters every second, as the server's gpu or host "
+        f"series (repeatable); families: {', '.join(SCRAPE_FLAG_FAMILIES)}; e.g. "
+        "node=http://gpu-host:9100/metrics, dcgm=http://gpu-host:9400/metrics, "
+        'cadvisor=http://gpu-host:8080/metrics{container="triton"}',
+    )
+    parser.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a `loadkit agent` on the server's host (the URL it printed): its GPUs at 10 Hz "
+        "and its host, server process and cgroup every second, as the server's gpu and host "
+        "series; e.g. http://gpu-host:9477",
+    )
+
+
+def server_telemetry(args: argparse.Namespace) -> dict[str, Any]:
+    """`TelemetryOptions.extra` for `--scrape`/`--agent` (empty without them); bad flags raise."""
+    from loadkit.telemetry.scrape import SCRAPE_OPTION, parse_scrapes
+
+    scrapes = parse_scrapes(getattr(args, "scrape", []), getattr(args, "agent", []))
+    return {SCRAPE_OPTION: scrapes} if scrapes else {}
 
 
 def add_request_options(parser: argparse.ArgumentParser) -> None:

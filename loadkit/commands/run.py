@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from loadkit.commands import options
 from loadkit.errors import EXIT_INTERRUPTED, EXIT_SLO_FAILED, EXIT_TARGET, UsageError
 from loadkit.telemetry.gpu import GPU_CHOICES
-from loadkit.telemetry.scrape import SCRAPE_FLAG_FAMILIES, SCRAPE_OPTION, parse_scrapes
 
 if TYPE_CHECKING:
     from loadkit.analysis.model import Finding
@@ -214,25 +213,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="PID of the server, for its CPU/context switches (the server runs on this machine)",
     )
-    tele.add_argument(
-        "--scrape",
-        action="append",
-        default=[],
-        metavar="FAMILY=URL",
-        help="scrape one of the server's exporters every second, as the server's gpu or host "
-        f"series (repeatable); families: {', '.join(SCRAPE_FLAG_FAMILIES)}; e.g. "
-        "node=http://gpu-host:9100/metrics, dcgm=http://gpu-host:9400/metrics, "
-        'cadvisor=http://gpu-host:8080/metrics{container="triton"}',
-    )
-    tele.add_argument(
-        "--agent",
-        action="append",
-        default=[],
-        metavar="URL",
-        help="a `loadkit agent` on the server's host (the URL it printed): its GPUs at 10 Hz "
-        "and its host, server process and cgroup every second, as the server's gpu and host "
-        "series; e.g. http://gpu-host:9477",
-    )
+    options.add_server_telemetry(tele)
     options.add_server_host(tele)
     tele.add_argument("--no-telemetry", action="store_true", help="record load only")
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
@@ -298,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_syntax(args.abort_on)  # a bad condition fails before anything starts
     _check_urls(args)
-    scrapes = parse_scrapes(args.scrape, args.agent)
+    server_telemetry = options.server_telemetry(args)
     check_server_flags(args.server_pid, args.server_host)
     if not 0 <= args.max_unreachable <= 100:
         raise UsageError(
@@ -318,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_url=None if args.triton_metrics == "none" else args.triton_metrics,
         server_pid=args.server_pid,
         server_host=args.server_host,
-        extra={SCRAPE_OPTION: scrapes} if scrapes else {},
+        extra=server_telemetry,
     )
     run_dir = run_scenario(
         scenario,

@@ -91,6 +91,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="compare existing runs (one per configuration) instead of running",
     )
     parser.add_argument("--gpu", choices=("auto", "nvml", "sim", "none"), default="auto")
+    options.add_server_telemetry(parser)
     from loadkit.commands.capacity import add_search_options
 
     search = parser.add_argument_group(
@@ -106,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     scenario, vary = _checked(args)
     params = options.scenario_params(args)
+    options.server_telemetry(args)  # a bad --scrape/--agent fails before the server is touched
     from loadkit.kserve.repository import ModelRepository
     from loadkit.load.orchestrator import check_reachable
 
@@ -258,7 +260,11 @@ def _measure(
         out_dir=sweep_dir,
         params={**params, "model": model},
         run_id=run_id,
-        telemetry=TelemetryOptions(gpu=args.gpu, triton_url=args.target.rstrip("/")),
+        telemetry=TelemetryOptions(
+            gpu=args.gpu,
+            triton_url=args.target.rstrip("/"),
+            extra=options.server_telemetry(args),
+        ),
         extra_manifest={"sweep": {"point": i, "settings": dict(settings), "model": model}},
         command_line=["loadkit", *sys.argv[1:]],
     )

@@ -88,6 +88,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     options.add_request_options(parser)
     options.add_seed_and_output(parser, directory="tune directory", default_name="time + tune")
     parser.add_argument("--gpu", choices=("auto", "nvml", "sim", "none"), default="auto")
+    options.add_server_telemetry(parser)
     from loadkit.commands.capacity import add_search_options
 
     search = parser.add_argument_group("the verifying capacity searches (see `loadkit capacity`)")
@@ -115,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if args.verify < 0 or args.profile_step <= 0:
         raise UsageError("--verify must be >= 0 and --profile-step > 0")
     search = settings_from(args)  # a bad search option fails before the server is touched
+    options.server_telemetry(args)  # ... and a bad --scrape/--agent
     slo = tune.Slo(search.slo_percentile, search.slo_ms)
     params = options.scenario_params(args)
     common = {k: v for k, v in params.items() if k in COMMON_PARAMS}

@@ -126,6 +126,29 @@ def test_a_run_records_the_servers_host_from_the_agent(
     assert json.loads((tmp_path / "agent" / "manifest.json").read_text())["status"] == "complete"
 
 
+def test_a_capacity_search_records_the_servers_host_from_the_agent(
+    triton: EmbeddedTriton, agent: tuple[str, int], tmp_path: Path
+) -> None:
+    url, _ = agent
+    # WHEN a short capacity search (two probes, up to a low --max-rate) reads the agent
+    search = subprocess.run(
+        [sys.executable, "-m", "loadkit.cli", "capacity", "--target", triton.http_url,
+         "--slo", "p99=1s", "--start", "10", "--max-rate", "20", "--settle", "1",
+         "--window", "1", "--max-duration", "30", "--agent", url, "--gpu", "none",
+         "--no-report", "--out", str(tmp_path), "--run-id", "cap"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert search.returncode == 0, search.stderr[-2000:]
+    recorded = load_run(tmp_path / "cap")
+    assert recorded.info.kind == "capacity" and recorded.info.status == "complete"
+    # THEN its `host` series is the agent's, the server's place, as a load test's is
+    sources = {s["name"]: s for s in recorded.manifest["sources"]}
+    assert sources["host"]["place"] == "server", sources["host"]
+    host = recorded.series("host")
+    assert len(host) >= 3 and set(host["scraped_from"]) == {"agent-host"}
+    assert host["server_run_delay_ns"].notna().all()
+
+
 def test_a_killed_run_leaves_no_process_and_the_agent_serves_on(
     triton: EmbeddedTriton, agent: tuple[str, int], tmp_path: Path
 ) -> None:

@@ -274,10 +274,20 @@ def test_agent_flags_that_cannot_work_are_refused(
         parse_scrapes(scrapes, agents)
 
 
-def test_loadkit_run_refuses_two_gpu_sources_in_one_line(
-    capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "burst_2x"],
+        ["capacity", "--slo", "p99=50ms"],
+        ["sweep", "soak", "--vary", "instances=1,2"],
+        ["tune", "soak", "--space", "instances=1,2", "--slo", "p99=50ms"],
+    ],
+)
+def test_every_recording_command_reads_the_servers_exporters_and_refuses_two_gpu_sources(
+    command: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["run", "burst_2x", "--target", "http://127.0.0.1:1", "--agent", "127.0.0.1:1"]
+    # the flags are checked before the (unreachable) target is touched
+    argv = [*command, "--target", "http://127.0.0.1:1", "--agent", "127.0.0.1:1"]
     assert main([*argv, "--scrape", "dcgm=127.0.0.1:2"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("ERROR: --agent and --scrape dcgm") and err[1].startswith("HINT:")
