@@ -35,16 +35,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+from loadkit import lifeline
 from loadkit.target.server import EmbeddedTriton
 
 SPACE = ["max_batch_size=4,8,16", "max_queue_delay_us=0,2000,8000", "instances=1,2"]
 
 
 def _run(argv: list[str], timeout_s: float) -> float:
+    """Run a sweep or tune child, which dies with this bench (also on SIGKILL): a search
+    left running keeps loading the server and spoils the next measurement."""
     start = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    proc = lifeline.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        lifeline.stop(proc)
+        raise SystemExit(f"{argv[3]} ran past {timeout_s:.0f} s") from None
+    except BaseException:
+        lifeline.stop(proc)
+        raise
     if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-4000:])
+        sys.stderr.write(err[-4000:])
         raise SystemExit(f"{argv[3]} exited {proc.returncode}")
     return time.monotonic() - start
 

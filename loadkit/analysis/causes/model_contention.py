@@ -78,11 +78,11 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     busy = np.nansum([o.compute_ms_per_s for o in others.values()], axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         excess_ms = tr.batch_compute_ms - tr.batch_compute_ms / inflation
-    grew = need(
+    beyond_spread = need(
         above_spread(inflation, baseline, COMPUTE_INFLATION_FLOOR),
         "fewer than 3 baseline windows of compute per batch to judge its spread by",
     )
-    grew = (np.nan_to_num(grew, nan=0.0) > 0) | (
+    grew = (np.nan_to_num(beyond_spread, nan=0.0) > 0) | (
         np.nan_to_num(inflation, nan=0.0) >= COMPUTE_INFLATION
     )
     # Material: the compute's own growth is a share of the P99 that matters, or, near
