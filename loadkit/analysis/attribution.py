@@ -539,12 +539,6 @@ def unexplained_episodes(
     return [e for e in episodes if e.episode_id not in explained]
 
 
-def _tested_on_episodes(cause: str, signatures: dict[str, Signature]) -> bool:
-    """The cause's signature was assessed window by window (not a run-long condition)."""
-    s = signatures.get(cause)
-    return s is not None and s.holds is not None and not s.run_level
-
-
 def reach(holds: np.ndarray) -> np.ndarray:
     """The windows a found cause explains: where its signature holds, and just after."""
     on = np.nan_to_num(holds, nan=0.0) > 0
@@ -636,10 +630,13 @@ def attribute(
         # throttles most of the run: 2 of 7). Tested again on the episodes no cause
         # explains, it is rated on what it could explain; at most a weak lead where
         # those are the minority, as the residual is.
-        again = [
+        found = {f.cause for f in findings}
+        again = [  # assessed window by window, not a run-long condition
             c
             for c in specific
-            if c.id not in {f.cause for f in findings} and _tested_on_episodes(c.id, signatures)
+            if c.id not in found
+            and signatures[c.id].holds is not None
+            and not signatures[c.id].run_level
         ]
         cap = "weak" if 2 * len(left) < len(episodes) else None
         run(again, left, cap, scope=" no other cause explains")

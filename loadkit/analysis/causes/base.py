@@ -93,6 +93,10 @@ NEIGHBOUR_MIN_CORES = 0.1
 # contention holds at it too, or lower where the growth clears its own spread
 # (model_contention.COMPUTE_INFLATION_FLOOR).
 COMPUTE_INFLATION = 1.3
+# A part of the latency other than compute (the queue, client + network, generator lag)
+# grew where it is this many times its baseline: the residuals' bar (with 1 ms more), and
+# the queue growth that makes a neighbour's small compute growth material (model_contention).
+GROWTH_RATIO = 2.0
 # Another model on the same server works more where its compute per second clears its
 # baseline's spread and is this many times its baseline median ... (`model_rises`:
 # model_contention's "another model rose"; CPU saturation leaves such windows to it.)

@@ -15,6 +15,7 @@ import numpy as np
 
 from loadkit.analysis.causes.base import (
     COMPUTE_INFLATION,
+    GROWTH_RATIO,
     Cause,
     Signals,
     Signature,
@@ -44,9 +45,8 @@ CAUSE_MODEL_CONTENTION = "model_contention"
 # queue: a neighbour holding 16 % of the accelerator grew compute per batch 1.24x (spread
 # 0.005) and the queue 5x, and the queue residual was named (report set seed 61, session 20).
 COMPUTE_INFLATION_FLOOR = 1.1
-# ... and the queue per request at least this many times its baseline median (beyond its
-# spread) makes a small growth material: the queue residual's ratio.
-QUEUE_GROWTH = 2.0
+# ... and the queue per request beyond its spread and at least `base.GROWTH_RATIO` times
+# its baseline median (the queue residual's bar) makes a small growth material.
 # Another model rose where its compute per second clears its baseline's spread
 # (`base.model_rises`, which CPU saturation reads too).
 
@@ -88,10 +88,11 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     # Material: the compute's own growth is a share of the P99 that matters, or, near
     # capacity, it shows as the queue: requests wait behind the slower batches (a 1.19x
     # at 80 % of capacity added 1.3 ms of compute and 5 ms of queue to a 20 ms P99).
-    queued = above_spread(tr.queue_ms_per_request, baseline, QUEUE_GROWTH)
-    slower = grew & material(excess_ms, sig.p99_ms, baseline)
+    matters = material(excess_ms, sig.p99_ms, baseline)
+    queued = above_spread(tr.queue_ms_per_request, baseline, GROWTH_RATIO)
     if queued is not None:
-        slower |= grew & (np.nan_to_num(queued, nan=0.0) > 0)
+        matters |= np.nan_to_num(queued, nan=0.0) > 0
+    slower = grew & matters
     holds = flag(slower & (risen.max(axis=0) > 0), inflation)
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:

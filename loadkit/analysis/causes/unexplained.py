@@ -17,6 +17,7 @@ import numpy as np
 from loadkit.analysis.causes.base import (
     BUSY_CORES_SHARE,
     COMPUTE_INFLATION,
+    GROWTH_RATIO,
     UNEXPLAINED,
     Cause,
     Signals,
@@ -37,7 +38,7 @@ from loadkit.analysis.causes.base import (
 from loadkit.analysis.model import Evidence
 from loadkit.analysis.noise import EFFECT_MOVED, MAD_TO_SIGMA, SPREAD_SIGMAS, moved
 
-GROWTH_RATIO = 2.0  # other parts: at least 2x their baseline ...
+# other parts: at least GROWTH_RATIO (causes/base.py) times their baseline ...
 GROWTH_MIN_MS = 1.0  # ... and 1 ms more
 SERVER_SIDE_RATIO = 1.5
 
