@@ -97,6 +97,11 @@ class SeriesPlace:
     file: str | None = None  # None: asked for, not recorded (`warning` says why)
     warning: str | None = None
 
+    @property
+    def parts_elsewhere(self) -> bool:
+        """A part of the series (host's process part) was sampled in another place."""
+        return any(p != self.place for p in self.parts.values())
+
 
 @dataclass(frozen=True)
 class RunInfo:
@@ -469,6 +474,7 @@ class SloVerdict:
     observed: float | None
     passed: bool | None  # None: not measurable (no data)
     detail: str = ""
+    label: str = ""  # what the verdict's line calls it ("errors + dropped arrivals"); else name
 
 
 @dataclass(frozen=True)

@@ -702,7 +702,8 @@ def judge(
         verdict = slo_verdict(thresholds, source, overall)
     findings = attributed.attribution.findings
     periodic = run_period(list(detected.periodicity), detected.primary)
-    notes = [*aligned.notes, *detected.notes, *run.warnings]
+    # a damaged or incomplete run's warnings first: the summary shows the first notes
+    notes = [*run.warnings, *aligned.notes, *detected.notes]
     run_info = _run_info(run, start, end)
     stopped = _stopped_sentence(run_info.abort)
     if stopped:

@@ -207,12 +207,43 @@ def telemetry_sentence(run: RunInfo) -> str | None:
     return f"{head}: " + ", ".join(recorded + missing)
 
 
+def placement_lines(run: RunInfo) -> list[str]:
+    """Where the target and each series were: one line when all of it was this machine.
+
+    `target and telemetry: this machine (vm): gpu, host, triton_stats` says once what
+    the two lines `target: on loadkit's machine (...)` and `telemetry: gpu (server: vm,
+    loadkit's machine), ...` would each repeat; anything else keeps both lines.
+    """
+    telemetry = telemetry_sentence(run)
+    if telemetry is None:
+        return []
+    location = run.target_location
+    recorded = [s for s in run.sources if s.file is not None]
+    hosts = {s.host for s in recorded}
+    all_here = (
+        location is not None
+        and location.local is True
+        and recorded
+        and len(hosts) == 1
+        and all(
+            s.recorded and s.loadkit_host and s.place == PLACE_SERVER and not s.parts_elsewhere
+            for s in recorded
+        )
+    )
+    if not all_here:
+        return [target_sentence(location), telemetry]
+    missing = "".join(f"; {s.name}: not recorded" for s in run.sources if s.file is None)
+    names = ", ".join(s.name for s in recorded)
+    return [f"target and telemetry: this machine ({hosts.pop()}): {names}{missing}"]
+
+
 __all__ = [
     "CLIENT_SIDE",
     "SERVER_SIDE",
     "is_server_side",
     "part_place",
     "place_of",
+    "placement_lines",
     "sampled_at",
     "series_places",
     "side_of",

@@ -74,12 +74,16 @@ def slo_verdict(thresholds: Mapping[str, float], source: str, overall: OverallSt
             observed = 100.0 * (overall.errors + overall.dropped) / denom if denom else None
             detail = "errors + dropped arrivals, of completed + dropped"
             name, unit = "errors", "%"
+            # said as what it counts where arrivals were dropped: the line below the
+            # verdict gives errors and dropped apart ("errors: 0.00%  dropped: 4312")
+            label = "errors + dropped arrivals" if overall.dropped else name
         else:
             name, unit = key.removesuffix("_ms"), "ms"
             observed = getattr(overall.corrected, f"{name}_ms", None)
             detail = "whole run, coordinated-omission corrected"
+            label = name
         passed = None if observed is None else observed <= threshold
-        checks.append(SloVerdict(name, threshold, unit, observed, passed, detail))
+        checks.append(SloVerdict(name, threshold, unit, observed, passed, detail, label))
     return _verdict(checks, source)
 
 
@@ -119,7 +123,7 @@ def _verdict(checks: list[SloVerdict], source: str) -> Verdict:
     passed = not failed and not unknown
     if failed:
         parts = ", ".join(
-            f"{c.name} {c.observed:.3g}{c.unit} > {c.threshold:g}{c.unit}"
+            f"{c.label or c.name} {c.observed:.3g}{c.unit} > {c.threshold:g}{c.unit}"
             for c in failed
             if c.observed is not None
         )
@@ -128,7 +132,7 @@ def _verdict(checks: list[SloVerdict], source: str) -> Verdict:
         summary = "FAIL: not measurable: " + ", ".join(c.name for c in unknown)
     else:
         summary = "PASS: " + ", ".join(
-            f"{c.name} {c.observed:.3g}{c.unit} <= {c.threshold:g}{c.unit}"
+            f"{c.label or c.name} {c.observed:.3g}{c.unit} <= {c.threshold:g}{c.unit}"
             for c in checks
             if c.observed is not None
         )

@@ -9,9 +9,17 @@ from typing import TextIO
 
 from loadkit import percentile_names
 from loadkit.analysis import causes
-from loadkit.analysis.model import Analysis, Finding, OverallStats
+from loadkit.analysis.model import (
+    Alert,
+    Analysis,
+    BurstRecovery,
+    CauseCheck,
+    Finding,
+    OverallStats,
+    Periodicity,
+)
 from loadkit.analysis.pipeline import analyze_run
-from loadkit.analysis.places import target_sentence, telemetry_sentence
+from loadkit.analysis.places import placement_lines
 from loadkit.analysis.slo import DEFAULT_SLO, parse_slo
 from loadkit.errors import EXIT_OK, SloFailed, UsageError
 from loadkit.rundir import load_run
@@ -29,10 +37,20 @@ exit codes: 0 analyzed (whatever the verdict), 1 SLO failed with --fail-on-slo,
 2 bad --slo or {ANALYSIS_FILE} cannot be written (a full disk, an unwritable
 directory: the previous one is kept), 4 unreadable run directory.
 
-example:  loadkit analyze reports/20251129-204400-burst --slo p99=50ms,errors=0.1% --fail-on-slo
+The summary groups its notes (the causes that could not be assessed, and why;
+the data that was missing) into a few lines; --verbose lists each of them.
+
+examples:
+  loadkit analyze reports/20251129-204400-burst --slo p99=50ms,errors=0.1% --fail-on-slo
+  loadkit analyze reports/20251129-204400-burst --verbose
 """
 
 MAX_FINDINGS = 5
+# The first screen's notes: at most this many lines, each about this wide; every note
+# and every cause that could not be assessed stays in analysis.json, the report and
+# `--verbose`. A production window made 27 note lines, the demo 5 (issue 55).
+NOTE_LINES = 2
+NOTE_WIDTH = 160
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +69,12 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print analysis.json to stdout instead of the summary"
     )
     parser.add_argument("--no-write", action="store_true", help=f"do not write RUN/{ANALYSIS_FILE}")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="list every note and every cause that could not be assessed, with its reason "
+        "(the summary groups them into a few lines)",
+    )
 
 
 def _ms(value: float | None) -> str:
@@ -140,7 +164,85 @@ def _latency_line(o: OverallStats) -> str:
     )
 
 
-def print_summary(analysis: Analysis, out: TextIO) -> None:
+def _short_reason(reason: str) -> str:
+    """ "not assessable: no gpu data" -> "no gpu data"; the words before any aside."""
+    text = (
+        reason.split(": ", 1)[-1]
+        if reason.startswith(("not assessable", "not assessed"))
+        else reason
+    )
+    for aside in (" (", ", which", ", too few", ": "):
+        text = text.split(aside, 1)[0]
+    return text
+
+
+def _unassessable_line(checks: list[CauseCheck], percentiles: list[Periodicity]) -> str:
+    """ "not assessable here: 4 causes for no gpu data, arrival_burst (no load counters), ..." """
+    groups: dict[str, list[str]] = {}
+    for c in checks:
+        groups.setdefault(_short_reason(c.reason), []).append(c.cause)
+    parts = [
+        f"{len(names)} causes for {reason}" if len(names) > 1 else f"{names[0]} ({reason})"
+        for reason, names in sorted(groups.items(), key=lambda kv: -len(kv[1]))
+    ]
+    parts += [f"{p.percentile} spike episodes ({_short_reason(p.reason)})" for p in percentiles]
+    line = "not assessable here: "
+    for i, part in enumerate(parts):
+        if i and len(line) + len(part) > NOTE_WIDTH:
+            line += f"{len(parts) - i} more, "  # causes or percentiles: --verbose names them
+            break
+        line += part + ", "
+    return line.removesuffix(", ") + "; `loadkit analyze --verbose` lists them"
+
+
+def _is_data_account(note: str) -> bool:
+    """A note that says which data is absent or where a series came from: read after the rest
+    (the not-assessable line already says what the absence costs), and left to --verbose
+    where it is longer than a line."""
+    return note.startswith(("no ", "series ", "not recorded from"))
+
+
+def _note_lines(a: Analysis, verbose: bool) -> list[str]:
+    """The notes under the findings: every one with --verbose, else packed into NOTE_LINES
+    (the first of them the causes and percentiles that could not be assessed)."""
+    unassessable = [c for c in a.causes_checked if c.status == "not_assessable"]
+    if verbose:
+        return [f"{c.cause}: {c.reason}" for c in unassessable] + list(a.notes)
+    unassessed = [
+        p for p in a.periodicity if p.reason.startswith("not assessed") and not p.periodic
+    ]
+    said = {f"{p.percentile} spike episodes {p.reason}" for p in unassessed}
+    lines = [_unassessable_line(unassessable, unassessed)] if unassessable or unassessed else []
+    packed: list[str] = []
+    hidden = 0
+    for note in sorted((n for n in a.notes if n not in said), key=_is_data_account):
+        if _is_data_account(note) and len(note) > NOTE_WIDTH:
+            hidden += 1
+        elif not packed or len("; ".join([*packed, note])) <= NOTE_WIDTH:
+            packed.append(note)
+        elif len(lines) + 2 <= NOTE_LINES:
+            lines.append("; ".join(packed))
+            packed = [note]
+        else:
+            hidden += 1
+    if packed and len(lines) < NOTE_LINES:
+        lines.append("; ".join(packed))
+    else:
+        hidden += len(packed)
+    if hidden and lines:
+        lines[-1] += (
+            f"; {hidden} more note{'s' if hidden != 1 else ''}: `loadkit analyze --verbose`"
+        )
+    return lines
+
+
+def _alerts_to_print(alerts: tuple[Alert, ...]) -> list[Alert]:
+    """Every alert, less a warning whose worst value a critical alert already says."""
+    critical = {(a.unit, a.value) for a in alerts if a.severity == "critical"}
+    return [a for a in alerts if a.severity == "critical" or (a.unit, a.value) not in critical]
+
+
+def print_summary(analysis: Analysis, out: TextIO, *, verbose: bool = False) -> None:
     """A compact human summary: verdict, headline numbers, top findings with evidence."""
     a = analysis
     o = a.overall
@@ -153,9 +255,8 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
         f"{', simulated GPU' if a.run.gpu_kind == 'simulated' else ''})\n"
     )
     w(f"verdict: {a.verdict.summary}  [thresholds: {a.verdict.source}]\n")
-    telemetry = telemetry_sentence(a.run)
-    if telemetry is not None:  # which machine each timeline comes from
-        w(f"{target_sentence(a.run.target_location)}\n{telemetry}\n")
+    for line in placement_lines(a.run):  # which machine each timeline comes from
+        w(f"{line}\n")
     w(_latency_line(o) + "\n")
     rate = f"{o.throughput_rps:.0f} req/s" if o.throughput_rps is not None else "n/a"
     err = f"{o.error_pct:.2f}%" if o.error_pct is not None else "n/a"
@@ -168,26 +269,12 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
     if p99_eps:
         w(f"P99 spike episodes: {len(p99_eps)}{_period_phrase(a)}\n")
     if a.findings:
-        w("\nfindings:\n")
         for i, f in enumerate(a.findings[:MAX_FINDINGS], start=1):
             w(f" {i}. [{f.confidence}] {f.title}: {f.summary}\n")
             w(f"    evidence: {_evidence_line(f)}\n")
             w(f"    action: {f.action}\n")
     for r in a.recoveries:
-        rec = (
-            f"recovered {r.recovery_s:.0f} s after it ended"
-            if r.recovered and r.recovery_s is not None
-            else "did not recover"
-        )
-        w(
-            f"burst at {(r.burst_start_ns - (a.run.start_ns or 0)) / 1e9:.0f} s: P99 peak {_ms(r.peak_p99_ms)} "
-            f"(pre-burst {_ms(r.pre_burst_p99_ms)}), {rec}"
-        )
-        if r.batch_size_mean_before is not None and r.batch_size_mean_during is not None:
-            w(f"; batch size {r.batch_size_mean_before:.1f} -> {r.batch_size_mean_during:.1f}")
-        if r.queue_ms_before is not None and r.queue_ms_during is not None:
-            w(f", queue {r.queue_ms_before:.1f} -> {r.queue_ms_during:.1f} ms")
-        w("\n")
+        w(_recovery_line(r, a.run.start_ns or 0) + "\n")
     if a.knee is not None:
         w(f"saturation knee: {a.knee.reason}\n")
     if a.capacity is not None:
@@ -197,13 +284,27 @@ def print_summary(analysis: Analysis, out: TextIO) -> None:
         w(f"soak: {a.soak.summary}\n")
         for drift in a.soak.findings:
             w(f"drift [{drift.severity}]: {drift.summary}\n")
-    for alert in a.alerts:
+    for alert in _alerts_to_print(a.alerts) if not verbose else a.alerts:
         w(f"alert [{alert.severity}]: {alert.message}\n")
-    unassessable = [c for c in a.causes_checked if c.status == "not_assessable"]
-    for c in unassessable:
-        w(f"note: {c.cause}: {c.reason}\n")
-    for note in a.notes:
-        w(f"note: {note}\n")
+    for line in _note_lines(a, verbose):
+        w(f"note: {line}\n")
+
+
+def _recovery_line(r: BurstRecovery, start_ns: int) -> str:
+    rec = (
+        f"recovered {r.recovery_s:.0f} s after it ended"
+        if r.recovered and r.recovery_s is not None
+        else "did not recover"
+    )
+    line = (
+        f"burst at {(r.burst_start_ns - start_ns) / 1e9:.0f} s: P99 peak {_ms(r.peak_p99_ms)} "
+        f"(pre-burst {_ms(r.pre_burst_p99_ms)}), {rec}"
+    )
+    if r.batch_size_mean_before is not None and r.batch_size_mean_during is not None:
+        line += f"; batch size {r.batch_size_mean_before:.1f} -> {r.batch_size_mean_during:.1f}"
+    if r.queue_ms_before is not None and r.queue_ms_during is not None:
+        line += f", queue {r.queue_ms_before:.1f} -> {r.queue_ms_during:.1f} ms"
+    return line
 
 
 def save_analysis(analysis: Analysis, path: Path) -> None:
@@ -227,7 +328,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(analysis.to_json() + "\n")
     else:
-        print_summary(analysis, sys.stdout)
+        print_summary(analysis, sys.stdout, verbose=args.verbose)
         if not args.no_write:
             print(f"\nwrote {run_dir.path / ANALYSIS_FILE}")
     if args.fail_on_slo and not analysis.verdict.passed:

@@ -28,10 +28,10 @@ from loadkit.analysis.model import (
     WindowSeries,
 )
 from loadkit.analysis.places import (
+    placement_lines,
     series_places,
     target_place,
     target_sentence,
-    telemetry_sentence,
     where,
 )
 from loadkit.report import formatting as fmt
@@ -616,10 +616,7 @@ def _metadata(run: Run, analysis: Analysis) -> list[dict[str, str]]:
 
 
 def _places(analysis: Analysis) -> list[str]:
-    telemetry = telemetry_sentence(analysis.run)
-    if telemetry is None:
-        return []
-    return [target_sentence(analysis.run.target_location), telemetry]
+    return placement_lines(analysis.run)
 
 
 def _aligned(places: Sequence[SeriesPlace], n: int) -> list[SeriesPlace | None]:

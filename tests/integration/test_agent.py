@@ -154,14 +154,17 @@ def test_a_killed_run_leaves_no_process_and_the_agent_serves_on(
 ) -> None:
     url, _ = agent
     log = (tmp_path / "run.log").open("w")
+    # A run far longer than the test: it is killed, never left to end on its own first.
     run = lifeline.popen(
-        _run_argv(triton, url, tmp_path, "killed", 30), stdout=log, stderr=subprocess.STDOUT
+        _run_argv(triton, url, tmp_path, "killed", 600), stdout=log, stderr=subprocess.STDOUT
     )
     try:
-        # GIVEN the run's samplers are scraping the agent (the server's host rows come in)
-        rows = tmp_path / "killed" / "telemetry" / "host.jsonl"
+        # GIVEN the run records (its first load interval is written) and its samplers run;
+        # waiting on a state the run reports, not on the agent's rows, which a busy host
+        # can hold back past any fixed time
+        first_interval = tmp_path / "killed" / "load" / "local.jsonl"
         deadline = time.monotonic() + 60
-        while not (rows.exists() and rows.read_text().count("\n") >= 2):
+        while not (first_interval.exists() and first_interval.read_text().count("\n") >= 1):
             assert time.monotonic() < deadline, (tmp_path / "run.log").read_text()[-2000:]
             assert run.poll() is None, (tmp_path / "run.log").read_text()[-2000:]
             time.sleep(0.2)

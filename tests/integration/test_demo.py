@@ -140,3 +140,24 @@ def test_ctrl_c_stops_everything_and_keeps_what_was_recorded(tmp_path: Path) -> 
     assert manifest["status"] == "aborted"
     assert (run_dir / "report.html").exists()
     assert (run_dir / "analysis.json").exists()
+
+
+@pytest.mark.quiet_host
+def test_the_summary_fits_a_first_screen(demo_run: DemoRun) -> None:
+    # GIVEN what `loadkit demo` printed, from the run's line to the report's link
+    lines = demo_run.output.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("demo-test  ("))
+    last = next(i for i, line in enumerate(lines) if line.startswith("report: "))
+    screen = lines[first : last + 2]  # and the file:// link under it
+    text = "\n".join(screen)
+    # THEN it fits in 18 lines (25 before issue 55) ...
+    assert len(screen) <= 18, text
+    assert screen[-1].startswith("file://"), text
+    # ... and still says the verdict, where it ran, the headline, the first finding with its
+    # evidence and action, the burst's recovery, the alerts and the report's path
+    assert screen[1].startswith("verdict: FAIL: p99 "), text
+    assert "target and telemetry: this machine (" in text, text
+    assert any(line.startswith(("FAIL. ", "PASS. ")) for line in screen), text
+    assert " 1. [" in text and "    evidence: " in text and "    action: " in text, text
+    assert "burst at " in text and "alert [critical]: GPU temperature" in text, text
+    assert sum(line.startswith("note: ") for line in screen) <= 2, text

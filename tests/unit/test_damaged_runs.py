@@ -22,8 +22,10 @@ def run_dir(tmp_path: Path) -> Path:
     return write_run(RunSpec(duration_s=30, rate_rps=150), tmp_path)
 
 
-def _analyze(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str], str]:
-    rc = main(["analyze", str(run_dir)])
+def _analyze(
+    run_dir: Path, capsys: pytest.CaptureFixture[str], *options: str
+) -> tuple[int, list[str], str]:
+    rc = main(["analyze", str(run_dir), *options])
     captured = capsys.readouterr()
     assert "Traceback" not in captured.out + captured.err
     notes = [line for line in captured.out.splitlines() if line.startswith("note: ")]
@@ -43,7 +45,7 @@ def test_a_truncated_compressed_segment_keeps_its_whole_lines(
     note = next(n for n in notes if "requests/local.seg0001.jsonl.gz" in n)
     kept = int(note.split("unreadable after line ")[1].split(" ")[0])
     assert 0 < kept < len(lines)  # what decompressed before the cut is kept
-    assert note.endswith("the rest of it is skipped")
+    assert "; the rest of it is skipped" in note
     assert (run_dir / "analysis.json").exists()
 
 
@@ -56,8 +58,9 @@ def test_a_half_written_last_line_is_skipped_and_named(
         f.write("Tag=corrected:infer,2.0")
     rc, notes, _ = _analyze(run_dir, capsys)
     assert rc == 0
-    assert any(n.startswith("note: load/local.jsonl:") and "torn last line" in n for n in notes)
-    assert any(n.startswith("note: latency/local.hlog:") for n in notes)
+    # both files named in the summary's notes (packed into its first lines)
+    assert any("load/local.jsonl:" in n and "torn last line" in n for n in notes)
+    assert any("latency/local.hlog:" in n for n in notes)
     analysis = json.loads((run_dir / "analysis.json").read_text())
     assert analysis["overall"]["completed"] > 30 * 100
 
@@ -67,6 +70,11 @@ def test_a_missing_telemetry_file_is_named(
 ) -> None:
     (run_dir / "telemetry" / "gpu.jsonl").unlink()
     rc, notes, _ = _analyze(run_dir, capsys)
+    assert rc == 0
+    # the summary's first note says it (a damaged run's warnings come first) ...
+    assert notes[1].startswith("note: telemetry/gpu.jsonl is listed in the manifest's sources")
+    # ... and --verbose lists every note and every cause not assessed, with its reason
+    rc, notes, _ = _analyze(run_dir, capsys, "--verbose")
     assert rc == 0
     assert (
         "note: telemetry/gpu.jsonl is listed in the manifest's sources but missing: the causes "

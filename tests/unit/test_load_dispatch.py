@@ -206,6 +206,7 @@ def test_the_scheduler_queues_every_due_arrival_in_one_pass_and_keeps_each_ones_
 
 
 @pytest.mark.skipif(not hrtimer.available(), reason="no timerfd on this platform")
+@pytest.mark.platform_skip
 @pytest.mark.quiet_host  # a median within 0.2 ms: a busy core delays the wake-up itself
 @pytest.mark.parametrize("rate", [100.0, 200.0, 1000.0])
 def test_the_timerfd_sends_on_time_where_gevents_timer_is_late(rate: float) -> None:
@@ -218,6 +219,7 @@ def test_the_timerfd_sends_on_time_where_gevents_timer_is_late(rate: float) -> N
 
 
 @pytest.mark.skipif(not hrtimer.available(), reason="no timerfd on this platform")
+@pytest.mark.platform_skip
 def test_close_arrivals_share_a_wake_up_and_none_is_queued_before_its_time() -> None:
     # GIVEN arrivals 0.25 ms apart, closer than the scheduler's coalescing window (0.5 ms)
     recorder = _Offered()

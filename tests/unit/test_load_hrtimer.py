@@ -9,7 +9,10 @@ import pytest
 
 from loadkit.load.generator import hrtimer
 
-pytestmark = pytest.mark.skipif(not hrtimer.available(), reason="no timerfd on this platform")
+pytestmark = [
+    pytest.mark.skipif(not hrtimer.available(), reason="no timerfd on this platform"),
+    pytest.mark.platform_skip,
+]
 
 
 @pytest.mark.quiet_host  # a median within 0.2 ms: a busy core delays the wake-up itself

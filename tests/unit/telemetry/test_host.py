@@ -145,6 +145,7 @@ def test_missing_sources_are_null_with_one_warning_each(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not Path("/proc/net/snmp").exists(), reason="needs Linux /proc")
+@pytest.mark.platform_skip
 def test_on_this_machine() -> None:
     sampler = HostSampler(server_pid=os.getpid())
     sampler.open()
