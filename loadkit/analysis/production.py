@@ -124,9 +124,13 @@ def _seconds(text: Any) -> float:
 
 def _source_notes(info: dict[str, Any], step_s: float, span_s: float) -> list[str]:
     """The step, then one line per series: where it came from (the queries as sent)."""
+    why = info.get("step_reason")
+    chunks = int(info.get("chunks") or 1)
+    asked = f"; asked in {chunks} chunks per query" if chunks > 1 else ""
     parts = [
         f"production window from Prometheus {info.get('prometheus')} at a {step_s:g} s step "
-        f"(scrape interval {info.get('scrape_interval_s') or 'unknown'} s, rates over "
+        + (f"({why}{asked}; " if why else "(")
+        + f"scrape interval {info.get('scrape_interval_s') or 'unknown'} s, rates over "
         f"{info.get('rate_window')}); latency: {info.get('latency_source')}"
         + (f", each value over the last {span_s:g} s" if span_s > step_s else "")
     ]

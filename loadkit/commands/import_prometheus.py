@@ -23,15 +23,17 @@ from loadkit.rundir.writer import default_run_id
 from loadkit.telemetry.prometheus.client import NS, PrometheusClient
 from loadkit.telemetry.prometheus.families import FAMILIES
 from loadkit.telemetry.prometheus.window import (
+    DEFAULT_STEP_S,
+    MAX_STEPS,
     PulledWindow,
     Selectors,
+    choose_step,
     detect_scrape_interval,
     parse_selector,
     pull_server_series,
     pull_window,
 )
 
-DEFAULT_STEP_S = 5.0
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
@@ -52,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prom.add_argument(
         "--step",
         type=parse_duration,
-        help=f"resolution (default {DEFAULT_STEP_S:g}s; with --run: the scrape interval)",
+        help="resolution (default: the scrape interval, read from Prometheus's `up`; coarser "
+        f"only for a window of over {MAX_STEPS:,} scrapes; {DEFAULT_STEP_S:g}s if unknown)",
     )
     prom.add_argument(
         "--selector",
@@ -131,7 +134,7 @@ def run_prometheus(args: argparse.Namespace, parse_time: Any) -> int:
         client,
         start_ns=start_ns,
         end_ns=end_ns,
-        step_s=args.step or DEFAULT_STEP_S,
+        step_s=args.step,
         selectors=_selectors(args.selector),
         model=args.model,
         latency_histogram=args.latency_histogram,
@@ -183,7 +186,7 @@ def _write(
             {
                 "name": series,
                 "file": f"{TELEMETRY_DIR}/{series}.jsonl",
-                "interval_s": args.step or DEFAULT_STEP_S,
+                "interval_s": pulled.step_s,
                 "simulated": False,
                 "warning": None,
                 "imported_from": {"format": "prometheus", "path": client.base_url},
@@ -203,7 +206,9 @@ def _write(
             "prometheus_version": info.get("version"),
             "window_start_ns": start_ns,
             "window_end_ns": end_ns,
-            "step_s": args.step or DEFAULT_STEP_S,
+            "step_s": pulled.step_s,
+            "step_reason": pulled.step_reason,
+            "chunks": pulled.chunks,
             "scrape_interval_s": pulled.scrape_interval_s,
             "rate_window": pulled.rate_window,
             "latency_source": pulled.latency_source,
@@ -243,10 +248,12 @@ def join_run(args: argparse.Namespace) -> int:
         )
     client = _client(args)
     selectors = _selectors(args.selector)
-    step_s = args.step
-    if step_s is None:
-        scrape = detect_scrape_interval(client, selectors.for_family("node"), info.end_ns)
-        step_s = max(1.0, scrape or DEFAULT_STEP_S)
+    scrape = (
+        None
+        if args.step is not None
+        else detect_scrape_interval(client, selectors.for_family("node"), info.end_ns)
+    )
+    step_s, _ = choose_step(args.step, scrape, (info.end_ns - info.start_ns) / NS)
     pulled = pull_server_series(
         client, start_ns=info.start_ns, end_ns=info.end_ns, step_s=step_s, selectors=selectors
     )

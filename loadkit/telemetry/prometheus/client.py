@@ -109,8 +109,7 @@ class PrometheusClient:
         if step_s <= 0:
             raise UsageError(f"--step must be > 0 s, got {step_s:g}")
         step_ns = int(round(step_s * NS))
-        points = int(math.floor((end_ns - start_ns) / step_ns)) + 1
-        chunks = max(1, math.ceil(points / MAX_POINTS))
+        chunks = chunks_for(start_ns, end_ns, step_s)
         joined: dict[tuple[tuple[str, str], ...], dict[int, float]] = {}
         for i in range(chunks):
             lo = start_ns + i * MAX_POINTS * step_ns
@@ -162,6 +161,12 @@ class PrometheusClient:
                 return {}
             raise
         return data if isinstance(data, dict) else {}
+
+
+def chunks_for(start_ns: int, end_ns: int, step_s: float) -> int:
+    """How many range queries one series of [start, end] at `step_s` takes (`MAX_POINTS` each)."""
+    points = int(math.floor((end_ns - start_ns) / int(round(step_s * NS)))) + 1
+    return max(1, math.ceil(points / MAX_POINTS))
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:

@@ -11,6 +11,7 @@ duration/count counters (a mean, never called a percentile).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadkit.errors import UsageError
-from loadkit.telemetry.prometheus.client import NS, PrometheusClient
+from loadkit.telemetry.prometheus.client import NS, PrometheusClient, chunks_for
 from loadkit.telemetry.prometheus.families import (
     AGENT_GPU,
     AGENT_HOST,
@@ -48,6 +49,31 @@ LATENCY_HISTOGRAM = "app-histogram"
 LATENCY_MEAN = "triton-mean"
 # Triton's summaries (prometheus-cpp defaults): quantiles over the last 60 s, in 5 age buckets.
 SUMMARY_MAX_AGE_S = 60.0
+# The step when the scrape interval cannot be read (no `up` samples before the window's end).
+DEFAULT_STEP_S = 5.0
+# Steps per series held in memory: 6 h at 1 s. A longer window at its scrape interval is
+# coarsened to stay within it (24 h at a 1 s scrape: a 4 s step); Prometheus's own limit
+# of 11,000 points per query is met by asking in chunks (client.MAX_POINTS).
+MAX_STEPS = 21_600
+
+
+def choose_step(asked_s: float | None, scrape_s: float | None, span_s: float) -> tuple[float, str]:
+    """The window's step and why: what was asked, else the finest the data allows.
+
+    A 4 s slowdown every 12 s is one or two steps of a fixed 5 s grid, and its onsets
+    jitter by a step (issue 54): the scrape interval is the finest step that holds a
+    new sample, and a period of a few steps is resolvable only there.
+    """
+    if asked_s is not None:
+        return asked_s, "--step"
+    if scrape_s is None:
+        step, why = DEFAULT_STEP_S, "the scrape interval unknown: no `up` samples"
+    else:
+        step, why = float(max(1, round(scrape_s))), "the scrape interval"
+    if span_s / step > MAX_STEPS:
+        step = float(math.ceil(span_s / MAX_STEPS))
+        why += f", coarsened to stay within {MAX_STEPS:,} steps"
+    return step, why
 
 
 @dataclass
@@ -59,6 +85,9 @@ class PulledWindow:
     model: str | None = None
     rate_window: str = ""
     scrape_interval_s: float | None = None
+    step_s: float = DEFAULT_STEP_S
+    step_reason: str = ""  # "the scrape interval", "--step", ...
+    chunks: int = 1  # range queries per series (Prometheus's point limit)
     # The machine each series was sampled on, where its exporter's labels say it
     # (node-exporter's `instance`, without the port).
     hosts: dict[str, str] = field(default_factory=dict)
@@ -194,15 +223,19 @@ def pull_window(
     *,
     start_ns: int,
     end_ns: int,
-    step_s: float,
+    step_s: float | None,
     selectors: Selectors,
     model: str | None = None,
     latency_histogram: str | None = None,
 ) -> PulledWindow:
     """The window's rows, in four steps: traffic (required), latency (the first source with
-    data), then GPU and host (optional, each said when absent)."""
+    data), then GPU and host (optional, each said when absent). `step_s` None: the finest
+    step the scrape interval allows (`choose_step`)."""
     out = PulledWindow()
     out.scrape_interval_s = detect_scrape_interval(client, selectors.for_family("triton"), end_ns)
+    step_s, out.step_reason = choose_step(step_s, out.scrape_interval_s, (end_ns - start_ns) / NS)
+    out.step_s = step_s
+    out.chunks = chunks_for(start_ns, end_ns, step_s)
     out.rate_window = rate_window_for(step_s, out.scrape_interval_s)
     pull = _Pull(
         client, selectors, (start_ns, end_ns, step_s), out.rate_window, int(round(step_s * NS))

@@ -28,6 +28,7 @@ from loadkit.commands.analyze import print_summary
 from loadkit.errors import TargetError, UsageError
 from loadkit.rundir import load_run
 from loadkit.telemetry.prometheus.client import MAX_POINTS, PrometheusClient
+from loadkit.telemetry.prometheus.window import choose_step
 
 START = 1_764_000_000  # s
 # metric name -> labels -> value(t seconds since START) (None: no sample at that step)
@@ -503,3 +504,38 @@ def test_joining_asks_for_no_window_and_a_finished_run(fake: Any, tmp_path: Path
     # a Prometheus without the server's exporters: one line, nothing written
     assert main(["import", "--prometheus", server.url, "--run", str(run_dir)]) == 2
     assert not (run_dir / "telemetry" / "gpu.jsonl").exists()
+
+
+def test_without_step_the_window_is_pulled_at_the_scrape_interval(
+    fake: Any, tmp_path: Path
+) -> None:
+    # GIVEN a Prometheus that scraped Triton every second (the fake's `up` samples)
+    server = fake(triton_series(spike_every=20))
+    # WHEN a window is imported with no --step
+    assert (
+        main(
+            ["import", "--prometheus", server.url, "--window", "200s", "--end", str(START + 200)]
+            + ["--out", str(tmp_path), "--run-id", "prod"]
+        )
+        == 0
+    )
+    run = load_run(tmp_path / "prod")
+    # THEN its step is the scrape interval (not a fixed 5 s), and the analysis says why
+    assert run.info.production is not None
+    assert run.info.production["step_s"] == 1.0
+    assert run.info.production["step_reason"] == "the scrape interval"
+    analysis = analyze_run(run)
+    assert analysis.window_s == 1.0
+    assert any("at a 1 s step (the scrape interval; " in n for n in analysis.notes)
+
+
+def test_the_step_follows_the_scrape_interval_coarsened_only_for_memory() -> None:
+    hours = 3600.0
+    assert choose_step(None, 1.0, 3 * 60) == (1.0, "the scrape interval")
+    assert choose_step(None, 15.2, 6 * hours) == (15.0, "the scrape interval")
+    assert choose_step(2.0, 1.0, 6 * hours) == (2.0, "--step")
+    # 6 h at 1 s fits; 24 h at 1 s is coarsened to 4 s, and says so
+    assert choose_step(None, 1.0, 6 * hours)[0] == 1.0
+    step, why = choose_step(None, 1.0, 24 * hours)
+    assert step == 4.0 and why.startswith("the scrape interval, coarsened")
+    assert choose_step(None, None, hours) == (5.0, "the scrape interval unknown: no `up` samples")
