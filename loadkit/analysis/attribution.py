@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy import stats
@@ -194,6 +194,116 @@ class Attribution:
     causes_by_episode: dict[str, list[str]]
 
 
+@dataclass
+class _EpisodeHits:
+    """Where a signature holds in the tested episodes: what the shared statistics count."""
+
+    explained: list[str]  # the episodes it holds in, by id
+    explained_windows: list[np.ndarray]  # each explained episode's own windows
+    lags: list[float]  # per explained episode: first window it holds - episode start, s
+    union: np.ndarray  # every tested episode's windows, with the lead (the evidence's)
+    proper: np.ndarray  # the episodes' own windows (the metric's effect size)
+    tested: int  # episodes with any data to judge by
+
+
+def _episode_hits(
+    holds: np.ndarray,
+    episodes: Sequence[SpikeEpisode],
+    sig: Signals,
+    windows: Sequence[np.ndarray | None] | None,
+) -> _EpisodeHits:
+    """Which episodes the signature holds in (a lead counts: a cause can come first), and when."""
+    hits = _EpisodeHits([], [], [], np.zeros(sig.n, dtype=bool), np.zeros(sig.n, dtype=bool), 0)
+    for i, e in enumerate(episodes):
+        only = windows[i] if windows is not None else None
+        if only is None:
+            win = _episode_windows(e, sig.starts_ns, LEAD_WINDOWS)
+            hits.proper |= _episode_windows(e, sig.starts_ns, 0)
+        else:
+            win = only
+            hits.proper |= win
+        hits.union |= win
+        h = holds[win]
+        if np.all(np.isnan(h)):
+            continue
+        hits.tested += 1
+        if np.nansum(h) > 0:
+            hits.explained.append(e.episode_id)
+            hits.explained_windows.append(
+                win if only is not None else _episode_windows(e, sig.starts_ns, 0)
+            )
+            first = int(np.nonzero(np.nan_to_num(holds, nan=0) * win)[0][0])
+            hits.lags.append((int(sig.starts_ns[first]) - e.start_ns) / 1e9)
+    return hits
+
+
+def _run_level_outcome(
+    signature: Signature, holds: np.ndarray, hits: _EpisodeHits, total: int, base_rate: float
+) -> tuple[Finding | None, CauseCheck, list[str]] | None:
+    """A run-level cause's verdict by its share of all windows; None: judge it by the episodes."""
+    cause = signature.cause
+    valid = ~np.isnan(holds)
+    share = float(np.nanmean(holds[valid])) if valid.any() else 0.0
+    if share >= 0.5:
+        level = (
+            cap_confidence("strong" if share >= 0.8 else "moderate", signature.max_confidence)
+            or "weak"
+        )
+        ev = signature.evidence(hits.union & valid, valid) if signature.evidence else []
+        # A standing condition: it does not explain episodes, it is there all along.
+        finding = _finding(
+            signature,
+            level,
+            [],
+            total,
+            share,
+            base_rate,
+            None,
+            None,
+            None,
+            None,
+            ev,
+            run_share=share,
+        )
+        return (
+            finding,
+            CauseCheck(cause, "found", f"holds in {share:.0%} of windows"),
+            hits.explained,
+        )
+    if not hits.tested or signature.standing:
+        return None, CauseCheck(cause, "not_found", f"holds in {share:.0%} of windows"), []
+    return None
+
+
+def _rated(
+    signature: Signature,
+    hits: _EpisodeHits,
+    episodes: Sequence[SpikeEpisode],
+    coincidence: float,
+    p_value: float,
+    delta: float | None,
+    lift: float | None,
+) -> str | None:
+    """The confidence the statistics support, lowered for a lone coincidence or mild spikes."""
+    explained = hits.explained
+    found = confidence(coincidence, p_value, delta, lift) if explained else None
+    found = cap_confidence(found, signature.max_confidence)
+    if found is not None and len(explained) < MIN_EPISODES_AS_RATED:
+        # A residual's signature is the slowdown itself: one episode of it is one spike,
+        # not a pattern (a clean run's single noisy window read "moderate"): weak.
+        lower = CONFIDENCES.index(found) + 1
+        found = (
+            "weak"
+            if BY_ID[signature.cause].kind == UNEXPLAINED
+            else CONFIDENCES[min(lower, len(CONFIDENCES) - 1)]
+        )
+    if found is not None and found != "weak" and not _clear_effect(signature, delta):
+        ratios = [e.peak_ratio for e in episodes if e.episode_id in explained]
+        if float(np.median(ratios)) < SPIKE_MIN_PEAK_RATIO:
+            found = "weak"
+    return found
+
+
 def score(
     signature: Signature,
     episodes: Sequence[SpikeEpisode],
@@ -213,67 +323,16 @@ def score(
     if signature.holds is None:
         return None, CauseCheck(cause, "not_assessable", signature.not_assessable or ""), []
     holds = signature.holds
-    explained: list[str] = []
-    explained_windows: list[np.ndarray] = []  # each explained episode's own windows
-    lags: list[float] = []
-    ep_union = np.zeros(sig.n, dtype=bool)
-    ep_proper = np.zeros(sig.n, dtype=bool)
-    tested = 0
-    for i, e in enumerate(episodes):
-        only = windows[i] if windows is not None else None
-        if only is None:
-            win = _episode_windows(e, sig.starts_ns, LEAD_WINDOWS)
-            ep_proper |= _episode_windows(e, sig.starts_ns, 0)
-        else:
-            win = only
-            ep_proper |= win
-        ep_union |= win
-        h = holds[win]
-        if np.all(np.isnan(h)):
-            continue
-        tested += 1
-        if np.nansum(h) > 0:
-            explained.append(e.episode_id)
-            explained_windows.append(
-                win if only is not None else _episode_windows(e, sig.starts_ns, 0)
-            )
-            first = int(np.nonzero(np.nan_to_num(holds, nan=0) * win)[0][0])
-            lags.append((int(sig.starts_ns[first]) - e.start_ns) / 1e9)
+    hits = _episode_hits(holds, episodes, sig, windows)
+    explained, tested = hits.explained, hits.tested
     base = baseline & ~np.isnan(holds)
     base_n = int(base.sum())
     base_hits = int(np.nansum(holds[base]))
     base_rate = base_hits / base_n if base_n else 0.0
     if signature.run_level:
-        valid = ~np.isnan(holds)
-        share = float(np.nanmean(holds[valid])) if valid.any() else 0.0
-        if share >= 0.5:
-            level = (
-                cap_confidence("strong" if share >= 0.8 else "moderate", signature.max_confidence)
-                or "weak"
-            )
-            ev = signature.evidence(ep_union & valid, valid) if signature.evidence else []
-            # A standing condition: it does not explain episodes, it is there all along.
-            finding = _finding(
-                signature,
-                level,
-                [],
-                len(episodes),
-                share,
-                base_rate,
-                None,
-                None,
-                None,
-                None,
-                ev,
-                run_share=share,
-            )
-            return (
-                finding,
-                CauseCheck(cause, "found", f"holds in {share:.0%} of windows"),
-                explained,
-            )
-        if not tested or signature.standing:
-            return None, CauseCheck(cause, "not_found", f"holds in {share:.0%} of windows"), []
+        outcome = _run_level_outcome(signature, holds, hits, len(episodes), base_rate)
+        if outcome is not None:
+            return outcome
     if not episodes:
         return None, CauseCheck(cause, "not_found", "no spike episodes to explain"), []
     if not tested:
@@ -286,32 +345,18 @@ def score(
     )
     delta = None
     if signature.metric is not None:
-        delta = cliffs_delta(signature.metric[ep_proper], signature.metric[base])
-    found = confidence(coincidence, float(p_value), delta, lift) if explained else None
-    found = cap_confidence(found, signature.max_confidence)
-    if found is not None and len(explained) < MIN_EPISODES_AS_RATED:
-        # A residual's signature is the slowdown itself: one episode of it is one spike,
-        # not a pattern (a clean run's single noisy window read "moderate"): weak.
-        lower = CONFIDENCES.index(found) + 1
-        found = (
-            "weak"
-            if BY_ID[cause].kind == UNEXPLAINED
-            else CONFIDENCES[min(lower, len(CONFIDENCES) - 1)]
-        )
-    if found is not None and found != "weak" and not _clear_effect(signature, delta):
-        ratios = [e.peak_ratio for e in episodes if e.episode_id in explained]
-        if float(np.median(ratios)) < SPIKE_MIN_PEAK_RATIO:
-            found = "weak"
+        delta = cliffs_delta(signature.metric[hits.proper], signature.metric[base])
+    found = _rated(signature, hits, episodes, coincidence, float(p_value), delta, lift)
     reason = (
         f"signature in {len(explained)}/{tested} episodes{scope}, "
         f"{base_rate:.0%} of baseline windows"
     )
     if found is None:
         return None, CauseCheck(cause, "not_found", reason), []
-    ev = signature.evidence(ep_union, base) if signature.evidence else []
+    ev = signature.evidence(hits.union, base) if signature.evidence else []
     if signature.per_episode is not None:
-        ev += signature.per_episode(explained_windows, base)
-    lag = float(np.median(lags)) if lags else None
+        ev += signature.per_episode(hits.explained_windows, base)
+    lag = float(np.median(hits.lags)) if hits.lags else None
     finding = _finding(
         signature,
         found,
@@ -566,35 +611,38 @@ def remainders(
     return out
 
 
-def attribute(
-    sig: Signals,
-    episodes: Sequence[SpikeEpisode],
-    all_episodes: Sequence[SpikeEpisode],
-    causes: Sequence[Cause] = REGISTRY,
-) -> Attribution:
-    """Test every cause against `episodes`; also tag `all_episodes` whose windows carry a found cause."""
-    baseline = baseline_for(
-        sig.n, episodes, all_episodes, sig.starts_ns, loaded_windows(sig), quiet_by(sig)
-    )
-    findings: list[Finding] = []
-    checks: list[CauseCheck] = []
-    causes_by_episode: dict[str, list[str]] = {}
+@dataclass
+class _Passes:
+    """What the passes over the causes have found so far; each later pass reads and adds to it."""
 
-    reached = np.zeros(sig.n, dtype=bool)  # windows the causes found at moderate+ explain
-    found_holds: dict[str, np.ndarray] = {}  # where each found episode cause's signature holds
+    sig: Signals
+    baseline: np.ndarray
+    all_episodes: Sequence[SpikeEpisode]
+    findings: list[Finding] = field(default_factory=list)
+    checks: list[CauseCheck] = field(default_factory=list)
+    causes_by_episode: dict[str, list[str]] = field(default_factory=dict)
+    signatures: dict[str, Signature] = field(default_factory=dict)
+    # where each found episode cause's signature holds
+    found_holds: dict[str, np.ndarray] = field(default_factory=dict)
+    reached: np.ndarray = field(init=False)  # windows the causes found at moderate+ explain
 
-    signatures: dict[str, Signature] = {}
+    def __post_init__(self) -> None:
+        self.reached = np.zeros(self.sig.n, dtype=bool)
 
-    def run(
+    def test(
+        self,
         cause_list: Sequence[Cause],
         tested: Sequence[SpikeEpisode],
         cap: str | None,
         windows: Sequence[np.ndarray | None] | None = None,
         scope: str = "",
     ) -> None:
+        """Score each cause on `tested` (capped at `cap`), keeping its check and any finding."""
         for cause in cause_list:
-            signature = signatures.get(cause.id) or signature_of(cause, sig, baseline)
-            signatures[cause.id] = signature
+            signature = self.signatures.get(cause.id) or signature_of(
+                cause, self.sig, self.baseline
+            )
+            self.signatures[cause.id] = signature
             if cause.kind == STANDING:  # never a spike cause, whatever its share
                 signature.run_level = signature.standing = True
             if cap is not None:
@@ -602,47 +650,43 @@ def attribute(
                     signature,
                     max_confidence=cap_confidence(signature.max_confidence or cap, cap),
                 )
-            finding, check, _ = score(signature, tested, sig, baseline, windows, scope)
-            earlier = [i for i, c in enumerate(checks) if c.cause == check.cause]
-            if not earlier:
-                checks.append(check)
-            elif check.status == "found":  # found on what the other causes leave over
-                checks[earlier[0]] = check
+            finding, check, _ = score(signature, tested, self.sig, self.baseline, windows, scope)
+            self._keep_check(check)
             if finding is None:
                 continue
-            findings.append(finding)
+            self.findings.append(finding)
             if signature.holds is None or signature.run_level:
                 continue
-            found_holds[signature.cause] = signature.holds
-            if finding.episodes and _RANK[finding.confidence] <= _RANK["moderate"]:
-                reached[:] |= reach(signature.holds)
-            for e in all_episodes:
-                win = _episode_windows(e, sig.starts_ns, LEAD_WINDOWS)
-                if np.nansum(signature.holds[win]) > 0:
-                    causes_by_episode.setdefault(e.episode_id, []).append(signature.cause)
+            self._mark_windows(signature.cause, signature.holds, finding)
 
-    specific = [c for c in causes if c.kind not in (UNEXPLAINED, ERRORS)]
-    run(specific, episodes, None)
-    left = unexplained_episodes(episodes, findings)
-    if 0 < len(left) < len(episodes):
-        # A cause masked by another: its signature can hold in few of all the episodes
-        # because a stronger cause took the rest (a short stall beside a quota that
-        # throttles most of the run: 2 of 7). Tested again on the episodes no cause
-        # explains, it is rated on what it could explain; at most a weak lead where
-        # those are the minority, as the residual is.
-        found = {f.cause for f in findings}
-        again = [  # assessed window by window, not a run-long condition
-            c
-            for c in specific
-            if c.id not in found
-            and signatures[c.id].holds is not None
-            and not signatures[c.id].run_level
-        ]
-        cap = "weak" if 2 * len(left) < len(episodes) else None
-        run(again, left, cap, scope=" no other cause explains")
-        left = unexplained_episodes(episodes, findings)
+    def _keep_check(self, check: CauseCheck) -> None:
+        """One check per cause: a later pass replaces the first only where it found the cause."""
+        earlier = [i for i, c in enumerate(self.checks) if c.cause == check.cause]
+        if not earlier:
+            self.checks.append(check)
+        elif check.status == "found":  # found on what the other causes leave over
+            self.checks[earlier[0]] = check
+
+    def _mark_windows(self, cause: str, holds: np.ndarray, finding: Finding) -> None:
+        """Record where a found episode cause holds: what it explains and which episodes it tags."""
+        self.found_holds[cause] = holds
+        if finding.episodes and _RANK[finding.confidence] <= _RANK["moderate"]:
+            self.reached[:] |= reach(holds)
+        for e in self.all_episodes:
+            win = _episode_windows(e, self.sig.starts_ns, LEAD_WINDOWS)
+            if np.nansum(holds[win]) > 0:
+                self.causes_by_episode.setdefault(e.episode_id, []).append(cause)
+
+
+def _test_residuals(
+    passes: _Passes,
+    fallback: Sequence[Cause],
+    episodes: Sequence[SpikeEpisode],
+    left: Sequence[SpikeEpisode],
+) -> tuple[str | None, list[Cause]]:
+    """Test the residual causes where found ones leave time over: (the part that grew, tried)."""
+    sig, baseline = passes.sig, passes.baseline
     explained = {e.episode_id for e in episodes} - {e.episode_id for e in left}
-    fallback = [c for c in causes if c.kind == UNEXPLAINED]
     parts = components(sig)
     medians = baseline_medians(parts, baseline)
     grew = Counter(
@@ -656,29 +700,68 @@ def attribute(
     # What the found causes leave over in their own episodes. The backlog a stop or a
     # burst leaves shows as queue and client time, so there only a compute slowdown (at
     # the same batch size, which no backlog inflates) is a second fault.
-    rest = remainders([e for e in episodes if e.episode_id in explained], sig.starts_ns, reached)
+    rest = remainders(
+        [e for e in episodes if e.episode_id in explained], sig.starts_ns, passes.reached
+    )
     compute = [c for c in fallback if c.component == "server_compute"]
     if rest and compute:
         if named == compute:
             tested += [e for e, _ in rest]
             windows += [w for _, w in rest]
         else:
-            run(compute, [e for e, _ in rest], "weak", [w for _, w in rest])
+            passes.test(compute, [e for e, _ in rest], "weak", [w for _, w in rest])
     if named and tested:
         # Most episodes explained: what is left over is at most a weak lead.
-        run(named, tested, "weak" if 2 * len(left) < len(episodes) else None, windows)
+        passes.test(named, tested, "weak" if 2 * len(left) < len(episodes) else None, windows)
+    return component, named + (compute if rest else [])
+
+
+def attribute(
+    sig: Signals,
+    episodes: Sequence[SpikeEpisode],
+    all_episodes: Sequence[SpikeEpisode],
+    causes: Sequence[Cause] = REGISTRY,
+) -> Attribution:
+    """Test every cause against `episodes`; also tag `all_episodes` whose windows carry a found cause."""
+    baseline = baseline_for(
+        sig.n, episodes, all_episodes, sig.starts_ns, loaded_windows(sig), quiet_by(sig)
+    )
+    passes = _Passes(sig, baseline, all_episodes)
+    specific = [c for c in causes if c.kind not in (UNEXPLAINED, ERRORS)]
+    passes.test(specific, episodes, None)
+    left = unexplained_episodes(episodes, passes.findings)
+    if 0 < len(left) < len(episodes):
+        # A cause masked by another: its signature can hold in few of all the episodes
+        # because a stronger cause took the rest (a short stall beside a quota that
+        # throttles most of the run: 2 of 7). Tested again on the episodes no cause
+        # explains, it is rated on what it could explain; at most a weak lead where
+        # those are the minority, as the residual is.
+        found = {f.cause for f in passes.findings}
+        again = [  # assessed window by window, not a run-long condition
+            c
+            for c in specific
+            if c.id not in found
+            and passes.signatures[c.id].holds is not None
+            and not passes.signatures[c.id].run_level
+        ]
+        cap = "weak" if 2 * len(left) < len(episodes) else None
+        passes.test(again, left, cap, scope=" no other cause explains")
+        left = unexplained_episodes(episodes, passes.findings)
+    fallback = [c for c in causes if c.kind == UNEXPLAINED]
+    component, tried = _test_residuals(passes, fallback, episodes, left)
     if not left:
         why = "every spike episode is explained" if episodes else "no spike episodes to explain"
     else:
         why = f"the part that grew in the unexplained episodes is {component or 'unknown'}"
-    tried = named + (compute if rest else [])
-    checks += [CauseCheck(c.id, "not_found", why) for c in fallback if c not in tried]
+    checks = passes.checks + [
+        CauseCheck(c.id, "not_found", why) for c in fallback if c not in tried
+    ]
     # Failed requests (an outage, rejections, timeouts), ranked with the latency findings by
     # their own evidence; those a found stall made are listed as its consequence.
     failed, failed_checks = error_findings(sig, causes)
-    failed = consequences(failed, findings, found_holds, sig, baseline)
+    failed = consequences(failed, passes.findings, passes.found_holds, sig, baseline)
     return Attribution(
-        rank_findings([*findings, *failed]), checks + failed_checks, causes_by_episode
+        rank_findings([*passes.findings, *failed]), checks + failed_checks, passes.causes_by_episode
     )
 
 

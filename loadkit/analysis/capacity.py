@@ -292,6 +292,75 @@ def limited_by(
     )
 
 
+def _failing_probe(
+    probes: Sequence[CapacityProbe], high: float | None, generator: CapacityProbe | None
+) -> CapacityProbe | None:
+    """The probe the limit is read from: the generator's own limit, else the failing top."""
+    if generator is not None:
+        return generator
+    if high is not None:
+        return next(
+            (p for p in probes if round(p.rate_rps, 6) == round(high, 6) and not p.passed), None
+        )
+    return None
+
+
+def _probe_windows(
+    failing: CapacityProbe | None, window_starts_s: np.ndarray, window_s: float
+) -> np.ndarray:
+    """The windows of a probe's measurement (after settling), where its signals are read."""
+    if failing is None:
+        return np.array([], dtype=int)
+    centres = window_starts_s + window_s / 2.0  # windows mostly inside the measurement
+    idx = np.nonzero((centres >= failing.measure_start_s) & (centres <= failing.end_s))[0]
+    if idx.size == 0:  # a measurement shorter than the analysis window: any overlap
+        idx = np.nonzero(
+            (window_starts_s < failing.end_s)
+            & (window_starts_s + window_s > failing.measure_start_s)
+        )[0]
+    return idx
+
+
+def _probe_load(
+    triton_rows: pd.DataFrame | None,
+    model: str | None,
+    failing: CapacityProbe | None,
+    start_ns: int,
+) -> dict[str, float] | None:
+    """Triton's own counters over the failing probe's measurement: how busy the instances were."""
+    if failing is None:
+        return None
+    return instance_load(
+        triton_rows,
+        model,
+        start_ns + round(failing.measure_start_s * 1e9),
+        start_ns + round(failing.end_s * 1e9),
+    )
+
+
+def _gap_pct(rate: float | None, prediction: CapacityPrediction | None) -> float | None:
+    """How far the measured capacity is from the statistics' ceiling, in % of the ceiling."""
+    if prediction is None or rate is None or prediction.rps <= 0:
+        return None
+    return 100.0 * (rate - prediction.rps) / prediction.rps
+
+
+def _replicas(
+    peak: Any, headroom: Any, low: float | None, high: float | None, generator_limited: bool
+) -> tuple[int | None, int | None, int | None]:
+    """(replicas, fewest, most) for the peak: the bracket's bounds make the range; None unasked."""
+    replicas = replicas_low = replicas_high = None
+    if isinstance(peak, int | float) and isinstance(headroom, int | float):
+        if low is not None:
+            replicas = replicas_for(float(peak), low, float(headroom))
+            replicas_high = replicas
+        if high is not None and not generator_limited:
+            replicas_low = replicas_for(float(peak), high, float(headroom))
+        elif replicas is not None:
+            replicas_low = None  # the capacity may be higher than measured: fewer may do
+    return replicas, replicas_low, replicas_high
+
+
 def capacity_result(
     settings: Mapping[str, Any],
     probes: Sequence[CapacityProbe],
@@ -312,33 +381,9 @@ def capacity_result(
     slo_ms = float(settings.get("slo_ms") or 50.0)
     low, high = bracket(probes)
     generator = next((p for p in probes if p.generator_limited), None)
-    failing = None
-    if generator is not None:
-        failing = generator
-    elif high is not None:
-        failing = next(
-            (p for p in probes if round(p.rate_rps, 6) == round(high, 6) and not p.passed), None
-        )
-    if failing is not None:
-        centres = window_starts_s + window_s / 2.0  # windows mostly inside the measurement
-        idx = np.nonzero((centres >= failing.measure_start_s) & (centres <= failing.end_s))[0]
-        if idx.size == 0:  # a measurement shorter than the analysis window: any overlap
-            idx = np.nonzero(
-                (window_starts_s < failing.end_s)
-                & (window_starts_s + window_s > failing.measure_start_s)
-            )[0]
-    else:
-        idx = np.array([], dtype=int)
-    load = (
-        instance_load(
-            triton_rows,
-            model,
-            start_ns + round(failing.measure_start_s * 1e9),
-            start_ns + round(failing.end_s * 1e9),
-        )
-        if failing is not None
-        else None
-    )
+    failing = _failing_probe(probes, high, generator)
+    idx = _probe_windows(failing, window_starts_s, window_s)
+    load = _probe_load(triton_rows, model, failing, start_ns)
     limit = limited_by(
         failing,
         load=load,
@@ -353,22 +398,12 @@ def capacity_result(
     )
     prediction = predicted_ceiling(triton_rows, model, instances)
     rate = low
-    gap = (
-        None
-        if prediction is None or rate is None or prediction.rps <= 0
-        else 100.0 * (rate - prediction.rps) / prediction.rps
-    )
+    gap = _gap_pct(rate, prediction)
     peak = settings.get("peak_rps")
     headroom = settings.get("headroom")
-    replicas = replicas_low = replicas_high = None
-    if isinstance(peak, int | float) and isinstance(headroom, int | float):
-        if low is not None:
-            replicas = replicas_for(float(peak), low, float(headroom))
-            replicas_high = replicas
-        if high is not None and generator is None:
-            replicas_low = replicas_for(float(peak), high, float(headroom))
-        elif replicas is not None:
-            replicas_low = None  # the capacity may be higher than measured: fewer may do
+    replicas, replicas_low, replicas_high = _replicas(
+        peak, headroom, low, high, generator is not None
+    )
     stopped_by = settings.get("stopped_by")
     answer = (
         "No probe finished (the run ended before the first probe was judged)."

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import signal
@@ -145,6 +145,116 @@ def _fold_test(onsets: np.ndarray, cand: float) -> tuple[float, float, float, fl
     return period, r, p_value, jitter
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    """A periodogram candidate that passed the autocorrelation check, with what confirmed it."""
+
+    period_s: float
+    strength: float  # autocorrelation at the best lag near the period
+    lag_s: float
+
+
+@dataclass(frozen=True)
+class _Rejection:
+    """Why one onset set did not fold on a candidate, for the list and for the summary."""
+
+    reason: str  # the full entry of `Periodicity.rejected`
+    closest: str  # the few words the one-line summary names, if this came closest
+    p_value: float
+
+
+def _candidate_periods(x: np.ndarray, window_s: float, duration_s: float) -> list[float] | None:
+    """The strongest periodogram periods that fit MIN_CYCLES cycles; None if no period fits."""
+    freqs, power = signal.periodogram(x, fs=1.0 / window_s, detrend="constant", scaling="spectrum")
+    # Periods from 3 windows up to a length that still fits MIN_CYCLES cycles.
+    valid = (freqs > 0) & (freqs >= MIN_CYCLES / duration_s) & (freqs <= 1.0 / (3 * window_s))
+    if not valid.any():
+        return None
+    order = np.argsort(power[valid])[::-1][:CANDIDATES]
+    return [1.0 / f for f in freqs[valid][order]]
+
+
+def _candidate_lags(cand: float, window_s: float, n: int) -> np.ndarray | None:
+    """The autocorrelation lags within ±REFINE_SPAN of a candidate; None: too short a series."""
+    lag_lo = max(2, int(math.floor(cand * (1 - REFINE_SPAN) / window_s)))
+    lag_hi = min(n - 2, int(math.ceil(cand * (1 + REFINE_SPAN) / window_s)))
+    if lag_hi < lag_lo:
+        return None
+    return np.arange(lag_lo, lag_hi + 1)
+
+
+def _onset_sets(
+    all_onsets: np.ndarray, sizes: np.ndarray | None, starts: np.ndarray
+) -> list[tuple[np.ndarray, str]]:
+    """The onset sets a candidate is folded on, each with the words that name it in a reason.
+
+    All onsets, and (when they differ) those of the largest spikes (at least
+    MIN_EPISODES of them) and the episodes' own starts: a short local baseline
+    also sees small blips between the spikes, whose onsets break the phase lock
+    of a sawtooth the episodes show cleanly.
+    """
+    sets = [(all_onsets, "")]
+    big = largest_spikes(all_onsets, sizes)
+    if big is not None:
+        sets.append((big, " (largest spikes)"))
+    if len(starts) >= MIN_EPISODES and not np.array_equal(starts, all_onsets):
+        sets.append((starts, " (episode starts)"))
+    return sets
+
+
+def _phase_locked(
+    onsets: np.ndarray,
+    which: str,
+    candidate: _Candidate,
+    alpha: float,
+    duration_s: float,
+    percentile: str,
+) -> Periodicity | _Rejection:
+    """The confirmed period of one onset set near a candidate, or why it does not hold."""
+    cand = candidate.period_s
+    period, r, p_value, jitter = _fold_test(onsets, cand)
+    cycles = duration_s / period
+    # A fraction of the true period (P/2, P/3) folds the same onsets just as
+    # tightly; it shows as cycles without a spike.
+    span_cycles = (onsets.max() - onsets.min()) / period + 1.0
+    occupancy = len(onsets) / span_cycles
+    if cycles < MIN_CYCLES:
+        return _Rejection(
+            f"{period:.1f} s: only {cycles:.1f} cycles (need {MIN_CYCLES:.0f})",
+            f"{period:.1f} s, only {cycles:.1f} cycles",
+            p_value,
+        )
+    if occupancy < MIN_OCCUPANCY:
+        return _Rejection(
+            f"{period:.1f} s: spikes{which} in only {len(onsets)} of {span_cycles:.0f} cycles",
+            f"{period:.1f} s, spikes in {len(onsets)} of {span_cycles:.0f} cycles",
+            p_value,
+        )
+    if p_value >= alpha:
+        return _Rejection(
+            f"{period:.1f} s: spike onsets{which} not phase-locked "
+            f"(Rayleigh p={p_value:.2g} >= {alpha:g})",
+            f"{period:.1f} s, onsets not phase-locked (p={p_value:.2g})",
+            p_value,
+        )
+    reason = (
+        f"periodogram peak at {cand:.1f} s, autocorrelation {candidate.strength:.2f} at "
+        f"{candidate.lag_s:.0f} s, {len(onsets)} spike onsets{which} fold at "
+        f"{period:.1f} s (R={r:.2f}, Rayleigh p={p_value:.1g})"
+    )
+    return Periodicity(
+        percentile=percentile,
+        periodic=True,
+        period_s=period,
+        jitter_s=jitter,
+        strength=candidate.strength,
+        p_value=p_value,
+        cycles=cycles,
+        episodes_used=len(onsets),
+        reason=reason,
+    )
+
+
 def detect_periodicity(
     values: Sequence[float | None],
     window_s: float,
@@ -170,31 +280,20 @@ def detect_periodicity(
     x = _detrended_log(values)
     if n < 2 * MIN_CYCLES or not np.any(x):
         return no("series too short or flat for a periodogram")
-    freqs, power = signal.periodogram(x, fs=1.0 / window_s, detrend="constant", scaling="spectrum")
-    # Periods from 3 windows up to a length that still fits MIN_CYCLES cycles.
-    valid = (freqs > 0) & (freqs >= MIN_CYCLES / duration_s) & (freqs <= 1.0 / (3 * window_s))
-    if not valid.any():
+    candidates = _candidate_periods(x, window_s, duration_s)
+    if candidates is None:
         return no(
             f"the run ({duration_s:.0f} s) is too short for {MIN_CYCLES:.0f} cycles of any period"
         )
-    order = np.argsort(power[valid])[::-1][:CANDIDATES]
-    candidates = [1.0 / f for f in freqs[valid][order]]
     acf = autocorrelation(x)
     best: Periodicity | None = None
     reasons: list[str] = []
     # The candidate that came closest (the lowest Rayleigh p among those folded), and why
     # it failed, in a few words: what the one-line summary names.
     closest: tuple[float, str] | None = None
-
-    def near(p_value: float, why: str) -> None:
-        nonlocal closest
-        if closest is None or p_value < closest[0]:
-            closest = (p_value, why)
-
     for cand in candidates:
-        lag_lo = max(2, int(math.floor(cand * (1 - REFINE_SPAN) / window_s)))
-        lag_hi = min(n - 2, int(math.ceil(cand * (1 + REFINE_SPAN) / window_s)))
-        if lag_hi < lag_lo:
+        lags = _candidate_lags(cand, window_s, n)
+        if lags is None:
             continue
         # Too few spikes to test any period: say so first (whatever the autocorrelation).
         all_onsets, sizes = _onsets_for(values, window_s, cand, starts)
@@ -205,75 +304,26 @@ def detect_periodicity(
                 f"(need {MIN_EPISODES} to test a period)"
             )
             continue
-        lags = np.arange(lag_lo, lag_hi + 1)
         lag = int(lags[np.argmax(acf[lags])])
         strength = float(acf[lag])
         if strength < MIN_ACF:
             reasons.append(f"{cand:.1f} s: autocorrelation {strength:.2f} < {MIN_ACF}")
             continue
-        # Refine on the spike onsets: the period that folds them most tightly.
-        # All onsets, and (when they differ) those of the largest spikes (at
-        # least MIN_EPISODES of them); with two tests each must pass at half the
-        # level (Bonferroni).
-        sets = [all_onsets]
-        big = largest_spikes(all_onsets, sizes)
-        if big is not None:
-            sets.append(big)
-        # The episodes' own starts, when they differ: a short local baseline also
-        # sees small blips between the spikes, whose onsets break the phase lock
-        # of a sawtooth the episodes show cleanly.
-        if len(starts) >= MIN_EPISODES and not np.array_equal(starts, all_onsets):
-            sets.append(starts)
+        candidate = _Candidate(cand, strength, lag * window_s)
+        # Refine on the spike onsets: the period that folds them most tightly. With
+        # several sets each must pass at a share of the level (Bonferroni).
+        sets = _onset_sets(all_onsets, sizes, starts)
         alpha = RAYLEIGH_ALPHA / len(sets)
-        for onsets in sets:
-            period, r, p_value, jitter = _fold_test(onsets, cand)
-            cycles = duration_s / period
-            result = Periodicity(
-                percentile=percentile,
-                periodic=False,
-                period_s=period,
-                jitter_s=jitter,
-                strength=strength,
-                p_value=p_value,
-                cycles=cycles,
-                episodes_used=len(onsets),
-            )
-            # A fraction of the true period (P/2, P/3) folds the same onsets just as
-            # tightly; it shows as cycles without a spike.
-            span_cycles = (onsets.max() - onsets.min()) / period + 1.0
-            occupancy = len(onsets) / span_cycles
-            which = (
-                ""
-                if onsets is all_onsets
-                else " (episode starts)"
-                if onsets is starts
-                else " (largest spikes)"
-            )
-            if cycles < MIN_CYCLES:
-                reasons.append(f"{period:.1f} s: only {cycles:.1f} cycles (need {MIN_CYCLES:.0f})")
-                near(p_value, f"{period:.1f} s, only {cycles:.1f} cycles")
-            elif occupancy < MIN_OCCUPANCY:
-                reasons.append(
-                    f"{period:.1f} s: spikes{which} in only {len(onsets)} of {span_cycles:.0f} cycles"
-                )
-                near(
-                    p_value, f"{period:.1f} s, spikes in {len(onsets)} of {span_cycles:.0f} cycles"
-                )
-            elif p_value >= alpha:
-                reasons.append(
-                    f"{period:.1f} s: spike onsets{which} not phase-locked "
-                    f"(Rayleigh p={p_value:.2g} >= {alpha:g})"
-                )
-                near(p_value, f"{period:.1f} s, onsets not phase-locked (p={p_value:.2g})")
+        for onsets, which in sets:
+            outcome = _phase_locked(onsets, which, candidate, alpha, duration_s, percentile)
+            if isinstance(outcome, _Rejection):
+                reasons.append(outcome.reason)
+                if closest is None or outcome.p_value < closest[0]:
+                    closest = (outcome.p_value, outcome.closest)
             else:
-                reason = (
-                    f"periodogram peak at {cand:.1f} s, autocorrelation {strength:.2f} at "
-                    f"{lag * window_s:.0f} s, {len(onsets)} spike onsets{which} fold at "
-                    f"{period:.1f} s (R={r:.2f}, Rayleigh p={p_value:.1g})"
-                )
-                confirmed = replace(result, periodic=True, reason=reason)
+                p_value = outcome.p_value if outcome.p_value is not None else 1.0  # always set
                 if best is None or p_value < (best.p_value or 1.0):
-                    best = confirmed
+                    best = outcome
     if best is not None:
         return best
     if not reasons:

@@ -405,18 +405,20 @@ def _histogram_windows(
     return grid, window_s, corrected_h, service_h, corrected, service
 
 
-def align(run: Run) -> Aligned:
-    """Window the latency histograms, then put load counters and every telemetry series on the grid."""
-    notes: list[str] = []
-    # One pass over the interval logs, one decoded histogram at a time.
-    intervals = collect_intervals(run.iter_latency_intervals(LatencyCounts.decode))
-    bounds = _time_bounds(run, intervals)
-    if bounds is None:
-        raise RunFormatError(
-            f"{run.path} has no latency histograms or load counters to analyze",
-            hint="analysis needs a load run (latency/*.hlog); `loadkit watch` runs only have telemetry",
-        )
-    start, end = bounds
+_LatencyGrid = tuple[
+    WindowGrid,
+    float,
+    list[LatencyCounts | None],
+    list[LatencyCounts | None],
+    WindowPercentiles,
+    WindowPercentiles,
+]
+
+
+def _latency_windows(
+    run: Run, intervals: IntervalCounts, start: int, end: int, notes: list[str]
+) -> _LatencyGrid:
+    """The grid and its percentiles: a production run's own latency series, else the histograms'."""
     if not intervals.intervals and production.is_production(run):
         prod = production.production_latency(run, start, end)
         grid, window_s = prod.grid, prod.grid.window_s
@@ -424,11 +426,28 @@ def align(run: Run) -> Aligned:
         corrected_h: list[LatencyCounts | None] = [None] * grid.n
         service_h = corrected_h
         notes.extend(prod.notes)
-    else:
-        grid, window_s, corrected_h, service_h, corrected, service = _histogram_windows(
-            intervals, start, end, notes
-        )
+        return grid, window_s, corrected_h, service_h, corrected, service
+    return _histogram_windows(intervals, start, end, notes)
 
+
+@dataclass(frozen=True)
+class _LoadCounts:
+    """Load counters per window, or their stand-ins without `load/`: NaN, or the histograms'."""
+
+    load: LoadSeries | None
+    ok: np.ndarray
+    errors: np.ndarray
+    offered: np.ndarray
+    dropped: np.ndarray
+    in_flight: np.ndarray
+    completed: np.ndarray  # ok + errors (the histograms' counts without load counters)
+    error_pct: np.ndarray
+
+
+def _load_counts(
+    run: Run, grid: WindowGrid, corrected: WindowPercentiles, notes: list[str]
+) -> _LoadCounts:
+    """The load counters on the grid; without them, throughput from the histograms' counts."""
     load = align_load(run.load_intervals, grid)
     nan = np.full(grid.n, np.nan)
     hist_counts = np.array(corrected.latency.count, dtype=float)
@@ -446,25 +465,46 @@ def align(run: Run) -> Aligned:
         error_pct = np.where(completed > 0, 100.0 * np.nan_to_num(errors) / completed, np.nan)
         if load is None:
             error_pct = nan
-    windows = WindowSeries(
+    return _LoadCounts(
+        load=load,
+        ok=ok,
+        errors=errors,
+        offered=offered,
+        dropped=dropped,
+        in_flight=in_flight,
+        completed=completed if load is not None else hist_counts,
+        error_pct=error_pct,
+    )
+
+
+def _window_series(
+    grid: WindowGrid,
+    window_s: float,
+    corrected: WindowPercentiles,
+    service: WindowPercentiles,
+    counts: _LoadCounts,
+) -> WindowSeries:
+    """The per-window series analysis.json and the report's timelines show, rates per second."""
+    return WindowSeries(
         window_s=window_s,
         t_ns=tuple(int(t) for t in grid.starts_ns),
         t_s=tuple(float(t) for t in grid.starts_s),
         corrected=corrected.latency,
         service=service.latency,
         basis_s=corrected.basis_s,
-        throughput_rps=_series(ok / window_s) or (),
-        offered_rps=_series(offered / window_s) or (),
-        errors_per_s=_series(errors / window_s) or (),
-        error_pct=_series(error_pct) or (),
-        dropped_per_s=_series(dropped / window_s) or (),
-        in_flight=_series(in_flight) or (),
+        throughput_rps=_series(counts.ok / window_s) or (),
+        offered_rps=_series(counts.offered / window_s) or (),
+        errors_per_s=_series(counts.errors / window_s) or (),
+        error_pct=_series(counts.error_pct) or (),
+        dropped_per_s=_series(counts.dropped / window_s) or (),
+        in_flight=_series(counts.in_flight) or (),
     )
 
-    config = model_config(run)
-    for missing in run.info.environment.server.not_recorded:
-        notes.append(f"not recorded from the server: {missing}")
-    context = telemetry_sources.AlignContext(model=config.name)
+
+def _aligned_sources(
+    run: Run, grid: WindowGrid, context: telemetry_sources.AlignContext
+) -> dict[str, Any]:
+    """Every recorded telemetry series on the grid, by name; a source not recorded: None."""
     sources = {
         source.name: source.align(run.series(source.name), grid, context)
         if run.has_series(source.name)
@@ -484,14 +524,12 @@ def align(run: Run) -> Aligned:
         name = listed.name or ""
         if name.startswith(WORKER_SERIES_PREFIX) and run.has_series(name):
             sources[name] = host_source.align(run.series(name), grid, context)
-    sample_frame = run.request_sample_columns(REQUEST_SAMPLE_COLUMNS)
-    samples = align_request_samples(sample_frame, grid)
-    gaps = completion_gaps(run.load_intervals, sample_frame)
-    if gaps is None:
-        notes.append(
-            "no completion gaps (load counters without completion_gaps, and request samples "
-            "that do not hold every request): stalls are judged on whole windows"
-        )
+    return sources
+
+
+def _telemetry_notes(sources: Mapping[str, Any]) -> list[str]:
+    """What the telemetry lacked or had to repair, for the notes a reader checks first."""
+    notes = []
     for source in telemetry_sources.REGISTRY:
         if sources[source.name] is None and source.noted_when_missing:
             notes.append(f"no {source.name} telemetry: causes that need it are not assessable")
@@ -504,6 +542,41 @@ def align(run: Run) -> Aligned:
         notes.append(
             f"{resets} counter reset(s) seen in telemetry (handled: rates restart from the new value)"
         )
+    return notes
+
+
+def align(run: Run) -> Aligned:
+    """Window the latency histograms, then put load counters and every telemetry series on the grid."""
+    notes: list[str] = []
+    # One pass over the interval logs, one decoded histogram at a time.
+    intervals = collect_intervals(run.iter_latency_intervals(LatencyCounts.decode))
+    bounds = _time_bounds(run, intervals)
+    if bounds is None:
+        raise RunFormatError(
+            f"{run.path} has no latency histograms or load counters to analyze",
+            hint="analysis needs a load run (latency/*.hlog); `loadkit watch` runs only have telemetry",
+        )
+    start, end = bounds
+    grid, window_s, corrected_h, service_h, corrected, service = _latency_windows(
+        run, intervals, start, end, notes
+    )
+    counts = _load_counts(run, grid, corrected, notes)
+    windows = _window_series(grid, window_s, corrected, service, counts)
+
+    config = model_config(run)
+    for missing in run.info.environment.server.not_recorded:
+        notes.append(f"not recorded from the server: {missing}")
+    context = telemetry_sources.AlignContext(model=config.name)
+    sources = _aligned_sources(run, grid, context)
+    sample_frame = run.request_sample_columns(REQUEST_SAMPLE_COLUMNS)
+    samples = align_request_samples(sample_frame, grid)
+    gaps = completion_gaps(run.load_intervals, sample_frame)
+    if gaps is None:
+        notes.append(
+            "no completion gaps (load counters without completion_gaps, and request samples "
+            "that do not hold every request): stalls are judged on whole windows"
+        )
+    notes += _telemetry_notes(sources)
     return Aligned(
         run=run,
         start_ns=start,
@@ -513,19 +586,19 @@ def align(run: Run) -> Aligned:
         corrected_h=corrected_h,
         service_h=service_h,
         windows=windows,
-        load=load,
-        ok=ok,
-        errors=errors,
-        offered=offered,
-        in_flight=in_flight,
-        completed=completed if load is not None else hist_counts,
+        load=counts.load,
+        ok=counts.ok,
+        errors=counts.errors,
+        offered=counts.offered,
+        in_flight=counts.in_flight,
+        completed=counts.completed,
         sources=sources,
         samples=samples,
         gaps=gaps,
         max_batch_size=config.max_batch_size,
         max_queue_delay_ms=config.max_queue_delay_ms,
         max_queue_size=config.max_queue_size,
-        telemetry=_telemetry_windows(sources, samples, ok / window_s),
+        telemetry=_telemetry_windows(sources, samples, counts.ok / window_s),
         notes=tuple(notes),
     )
 

@@ -336,11 +336,20 @@ def host_without(host: HostSeries, part: str | None) -> HostSeries:
     return replace(host, **blank)
 
 
-def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
-    if frame.empty or "t_ns" not in frame.columns:
-        return None
-    t = frame["t_ns"].to_numpy(dtype=np.int64)
-    nan = np.full(grid.n, np.nan)
+@dataclass(frozen=True)
+class _CpuUse:
+    """The machine's CPU per window: per core where recorded, else from its total."""
+
+    core_max_pct: np.ndarray
+    mean_pct: np.ndarray
+    busy_core_frac: np.ndarray
+    idle_cores: np.ndarray
+    cores_used: np.ndarray | None
+    has_per_core: bool
+
+
+def _cpu_use(frame: pd.DataFrame, grid: WindowGrid, t: np.ndarray, nan: np.ndarray) -> _CpuUse:
+    """Busiest, mean, busy and idle cores and cores used on the grid (`nan`: not recorded)."""
     core_max = core_mean = busy = idle = nan
     cores_used: np.ndarray | None = None
     has_per_core = "cpu_per_core_pct" in frame.columns
@@ -368,17 +377,26 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
     count = numeric(frame, "cores")
     if cores_used is None and total is not None and count is not None:
         cores_used = reduce_on_grid(grid, t, total * count / 100.0, "mean")
-    psi = numeric(frame, "psi_cpu_some_avg10")
-    psi_total = numeric(frame, "psi_cpu_some_total_us")
-    contention = None
-    if psi_total is not None:
-        rate, _ = counter_rate_on_grid(grid, t, psi_total)
-        contention = np.clip(rate / 1e6, 0.0, 1.0)
+    return _CpuUse(core_max, core_mean, busy, idle, cores_used, has_per_core)
+
+
+@dataclass(frozen=True)
+class _Throttling:
+    """The server's cgroup throttling per window (None: not recorded) and its counter resets."""
+
+    pct: np.ndarray | None  # throttled periods / periods, in %
+    ms_per_s: np.ndarray | None
+    resets: int
+    has_cgroup: bool
+
+
+def _cgroup_throttling(frame: pd.DataFrame, grid: WindowGrid, t: np.ndarray) -> _Throttling:
+    """Throttled periods and time from the cgroup counters, restarted where the server moved."""
     periods = numeric(frame, "cgroup_nr_periods")
     throttled = numeric(frame, "cgroup_nr_throttled")
     throttled_ns = numeric(frame, "cgroup_throttled_ns")
     resets = 0
-    throttled_pct = throttled_ms = nan
+    throttled_pct = throttled_ms = None
     has_cgroup = periods is not None and throttled is not None
     # The server may be moved into another cgroup mid-run: its counters start over.
     moved = None
@@ -398,6 +416,22 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
         ns_rate, r3 = counter_rate_on_grid(grid, t, throttled_ns, moved)
         resets = max(resets, r3)
         throttled_ms = ns_rate / 1e6
+    return _Throttling(throttled_pct, throttled_ms, resets, has_cgroup)
+
+
+def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
+    if frame.empty or "t_ns" not in frame.columns:
+        return None
+    t = frame["t_ns"].to_numpy(dtype=np.int64)
+    nan = np.full(grid.n, np.nan)
+    cpu = _cpu_use(frame, grid, t, nan)
+    psi = numeric(frame, "psi_cpu_some_avg10")
+    psi_total = numeric(frame, "psi_cpu_some_total_us")
+    contention = None
+    if psi_total is not None:
+        rate, _ = counter_rate_on_grid(grid, t, psi_total)
+        contention = np.clip(rate / 1e6, 0.0, 1.0)
+    cgroup = _cgroup_throttling(frame, grid, t)
     preemptions = _preemptions_per_cpu_s(frame, grid, t)
     run_delay = numeric(frame, "server_run_delay_ns")
     if run_delay is not None:
@@ -414,13 +448,13 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
     if tcp_rate is None:
         tcp_rate = _tcp_opens_rate(frame, grid, t)
     return HostSeries(
-        cpu_core_max_pct=core_max,
-        cpu_mean_pct=core_mean,
-        busy_core_frac=busy,
-        idle_cores=idle,
+        cpu_core_max_pct=cpu.core_max_pct,
+        cpu_mean_pct=cpu.mean_pct,
+        busy_core_frac=cpu.busy_core_frac,
+        idle_cores=cpu.idle_cores,
         psi_some_avg10=reduce_on_grid(grid, t, psi, "mean") if psi is not None else nan,
-        cgroup_throttled_pct=throttled_pct,
-        cgroup_throttled_ms_per_s=throttled_ms,
+        cgroup_throttled_pct=cgroup.pct if cgroup.pct is not None else nan,
+        cgroup_throttled_ms_per_s=cgroup.ms_per_s if cgroup.ms_per_s is not None else nan,
         server_rss_bytes=reduce_on_grid(grid, t, rss, "max") if rss is not None else nan,
         tcp_new_connections_per_s=tcp_rate if tcp_rate is not None else nan,
         server_new_connections_per_s=(
@@ -428,15 +462,15 @@ def align_host(frame: pd.DataFrame, grid: WindowGrid) -> HostSeries | None:
             if server_tcp is not None
             else nan
         ),
-        has_per_core=has_per_core,
-        has_cgroup=has_cgroup,
+        has_per_core=cpu.has_per_core,
+        has_cgroup=cgroup.has_cgroup,
         has_tcp=tcp_rate is not None,
         has_server_tcp=server_tcp is not None,
-        counter_resets=resets,
+        counter_resets=cgroup.resets,
         cpu_contention=contention,
         server_preemptions_per_cpu_s=preemptions,
         server_run_delay_ms_per_s=run_delay,
-        cpu_cores_used=cores_used,
+        cpu_cores_used=cpu.cores_used,
         server_cpu_cores=(
             reduce_on_grid(grid, t, server_cpu / 100.0, "mean") if server_cpu is not None else None
         ),

@@ -122,6 +122,25 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="Locust worker processes on this machine (0: one local process)",
     )
+    _add_distributed_options(parser)
+    options.add_seed_and_output(parser, default_name="time + scenario")
+    options.add_overrides(parser, "set a scenario parameter (repeatable)")
+    options.add_request_options(parser)
+    _add_guard_options(parser)
+    _add_live_metrics_options(parser)
+    _add_telemetry_options(parser)
+    parser.add_argument("--no-progress", action="store_true", help="no live progress line")
+    parser.add_argument(
+        "--progress-every",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="when stderr is not a terminal (CI logs), print the progress line this often",
+    )
+
+
+def _add_distributed_options(parser: argparse.ArgumentParser) -> None:
+    """--master and its workers: one machine writes the run that many machines load."""
     dist = parser.add_argument_group(
         "many machines (workers run `loadkit worker --master-host THIS_HOST`)"
     )
@@ -155,9 +174,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="with --master: seconds to wait for the workers to connect (default 60)",
     )
-    options.add_seed_and_output(parser, default_name="time + scenario")
-    options.add_overrides(parser, "set a scenario parameter (repeatable)")
-    options.add_request_options(parser)
+
+
+def _add_guard_options(parser: argparse.ArgumentParser) -> None:
+    """When the run counts as failed or stops early: what a CI gate or an unattended run needs."""
     guard = parser.add_argument_group("guard")
     guard.add_argument(
         "--max-unreachable",
@@ -175,6 +195,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="stop the load when CONDITION holds, e.g. 'p99>80ms for 10s', 'errors>5%% for 5s', "
         "or 'slo' (the scenario's SLO, each threshold for 10 s); repeatable; exit status 1",
     )
+
+
+def _add_live_metrics_options(parser: argparse.ArgumentParser) -> None:
+    """A Prometheus endpoint for watching a long run while it runs."""
     live = parser.add_argument_group("live metrics")
     live.add_argument(
         "--serve-metrics",
@@ -189,6 +213,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         metavar="HOST",
         help="address to serve the metrics on (default 127.0.0.1; 0.0.0.0 for every interface)",
     )
+
+
+def _add_telemetry_options(parser: argparse.ArgumentParser) -> None:
+    """Which telemetry sources are sampled beside the load, and where the server is."""
     tele = parser.add_argument_group("telemetry")
     tele.add_argument(
         "--gpu",
@@ -216,14 +244,6 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     options.add_server_telemetry(tele)
     options.add_server_host(tele)
     tele.add_argument("--no-telemetry", action="store_true", help="record load only")
-    parser.add_argument("--no-progress", action="store_true", help="no live progress line")
-    parser.add_argument(
-        "--progress-every",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="when stderr is not a terminal (CI logs), print the progress line this often",
-    )
 
 
 def _stats_url(choice: str, target: str) -> str | None:

@@ -7,11 +7,15 @@ import json
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadkit.commands import options
 from loadkit.errors import EXIT_INTERRUPTED, LoadkitError, TargetError, UsageError
+
+if TYPE_CHECKING:
+    from loadkit.decide.tune import Slo, Write
 
 HELP = "predict the best batching configuration from a batch profile, verify the top few"
 
@@ -96,7 +100,6 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from loadkit.commands.capacity import settings_from
     from loadkit.commands.sweep import _only_model
     from loadkit.decide import sweep, tune
     from loadkit.kserve.repository import ModelRepository
@@ -105,18 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from loadkit.load.orchestrator import check_reachable
     from loadkit.load.scenario import COMMON_PARAMS
 
-    if not args.target.startswith(("http://", "https://")):
-        raise UsageError(
-            f"--target {args.target!r}: the repository API is spoken over HTTP",
-            hint="use http://host:port",
-        )
-    space = tune.parse_space(args.space)
-    if not space:
-        raise UsageError("give at least one --space NAME=V1,V2,...")
-    if args.verify < 0 or args.profile_step <= 0:
-        raise UsageError("--verify must be >= 0 and --profile-step > 0")
-    search = settings_from(args)  # a bad search option fails before the server is touched
-    options.server_telemetry(args)  # ... and a bad --scrape/--agent
+    space, search = _checked_options(args)
     slo = tune.Slo(search.slo_percentile, search.slo_ms)
     params = options.scenario_params(args)
     common = {k: v for k, v in params.items() if k in COMMON_PARAMS}
@@ -130,10 +122,8 @@ def run(args: argparse.Namespace) -> int:
     repo = ModelRepository(args.target, model)
     original = repo.config()
     points = sweep.points_of(space)
-    space_map = dict(space)
     found = sweep.settings_of(original)
-    max_batch = max(space_map.get("max_batch_size") or [found.get("max_batch_size") or 1])
-    instance_counts = space_map.get("instances") or [found.get("instances") or 1]
+    max_batch, instance_counts = _profile_range(space, found)
     tune_dir = _tune_dir(args, scenario.stem)
     (tune_dir / "original-config.json").write_text(json.dumps(original, indent=2) + "\n")
     data: dict[str, Any] = {
@@ -159,35 +149,8 @@ def run(args: argparse.Namespace) -> int:
     write(data)
 
     def profile() -> Any:
-        from loadkit.decide.profile import measure_profile
-        from loadkit.load.closed_loop import request_plan
-
-        plan = request_plan(args.target, {**common, "model": model})
-        return measure_profile(
-            repo, original, plan, instance_counts, max_batch, args.profile_step, log=_log
-        )
-
-    def measure(k: int, settings: Mapping[str, Any], predicted_rps: float | None) -> Path:
-        from loadkit.commands.capacity import _analyze, search_capacity
-
-        start = tune.verify_start(predicted_rps, args.start, args.max_rate)
-        point_args = argparse.Namespace(
-            **{
-                **vars(args),
-                "model": model,
-                "overrides": [f"{n}={v}" for n, v in common.items()],
-                "start": start,
-            }
-        )
-        run_dir, _ = search_capacity(
-            point_args,
-            out_dir=tune_dir,
-            run_id="verify-" + sweep.point_id(k, settings),
-            # the sweep's key: a verification is a sweep point (docs/run-format.md)
-            extra_manifest={"sweep": {"point": k, "settings": dict(settings), "model": model}},
-        )
-        _analyze(run_dir, report=False)
-        return run_dir
+        plan_params = {**common, "model": model}
+        return _profile(args, repo, original, plan_params, instance_counts, max_batch)
 
     interrupted = False
     try:
@@ -203,18 +166,11 @@ def run(args: argparse.Namespace) -> int:
             spacing=spacing,
             seed=args.seed,
             verify=args.verify,
-            measure=measure,
+            measure=_Verification(args, model, common, tune_dir),
             profile_path=tune_dir / tune.PROFILE_FILE,
         )
     finally:
-        data["recommended"] = tune.recommend(
-            data["verifications"], data["predictions"], model, slo, search.peak_rps, search.headroom
-        )
-        data["wall_s"] = round(time.time() - data["started_at"], 1)
-        write(data)
-        _print(data)
-        _write_report(tune_dir)
-        print(f"tune directory: {tune_dir}")
+        _conclude(data, write, tune_dir, model, slo, search)
     restored = data["restored"]
     if restored is not None and not restored["ok"]:
         raise TargetError(
@@ -224,6 +180,107 @@ def run(args: argparse.Namespace) -> int:
     if interrupted:
         return EXIT_INTERRUPTED
     return 0
+
+
+def _checked_options(args: argparse.Namespace) -> tuple[list[tuple[str, list[int]]], Any]:
+    """The space and the search settings, checked before the server is touched: (space, search)."""
+    from loadkit.commands.capacity import settings_from
+    from loadkit.decide import tune
+
+    if not args.target.startswith(("http://", "https://")):
+        raise UsageError(
+            f"--target {args.target!r}: the repository API is spoken over HTTP",
+            hint="use http://host:port",
+        )
+    space = tune.parse_space(args.space)
+    if not space:
+        raise UsageError("give at least one --space NAME=V1,V2,...")
+    if args.verify < 0 or args.profile_step <= 0:
+        raise UsageError("--verify must be >= 0 and --profile-step > 0")
+    search = settings_from(args)  # a bad search option fails before the server is touched
+    options.server_telemetry(args)  # ... and a bad --scrape/--agent
+    return space, search
+
+
+def _profile_range(
+    space: list[tuple[str, list[int]]], found: Mapping[str, Any]
+) -> tuple[int, list[int]]:
+    """What the profile must cover: the space's largest max_batch_size and its instance counts.
+
+    A setting the space does not vary is the server's own (`found`).
+    """
+    space_map = dict(space)
+    max_batch = max(space_map.get("max_batch_size") or [found.get("max_batch_size") or 1])
+    instance_counts = space_map.get("instances") or [found.get("instances") or 1]
+    return max_batch, instance_counts
+
+
+def _profile(
+    args: argparse.Namespace,
+    repo: Any,
+    original: Mapping[str, Any],
+    plan_params: Mapping[str, Any],
+    instance_counts: list[int],
+    max_batch: int,
+) -> Any:
+    """The batch profile the predictions start from: closed loops at each instance count."""
+    from loadkit.decide.profile import measure_profile
+    from loadkit.load.closed_loop import request_plan
+
+    plan = request_plan(args.target, plan_params)
+    return measure_profile(
+        repo, original, plan, instance_counts, max_batch, args.profile_step, log=_log
+    )
+
+
+@dataclass(frozen=True)
+class _Verification:
+    """Measures one predicted configuration with a real capacity search, as a sweep point."""
+
+    args: argparse.Namespace
+    model: str
+    common: Mapping[str, Any]  # the scenario parameters the searches share
+    tune_dir: Path
+
+    def __call__(self, k: int, settings: Mapping[str, Any], predicted_rps: float | None) -> Path:
+        from loadkit.commands.capacity import _analyze, search_capacity
+        from loadkit.decide import sweep, tune
+
+        args = self.args
+        start = tune.verify_start(predicted_rps, args.start, args.max_rate)
+        point_args = argparse.Namespace(
+            **{
+                **vars(args),
+                "model": self.model,
+                "overrides": [f"{n}={v}" for n, v in self.common.items()],
+                "start": start,
+            }
+        )
+        run_dir, _ = search_capacity(
+            point_args,
+            out_dir=self.tune_dir,
+            run_id="verify-" + sweep.point_id(k, settings),
+            # the sweep's key: a verification is a sweep point (docs/run-format.md)
+            extra_manifest={"sweep": {"point": k, "settings": dict(settings), "model": self.model}},
+        )
+        _analyze(run_dir, report=False)
+        return run_dir
+
+
+def _conclude(
+    data: dict[str, Any], write: Write, tune_dir: Path, model: str, slo: Slo, search: Any
+) -> None:
+    """Recommend from what was verified and write it out, however the tuning ended."""
+    from loadkit.decide import tune
+
+    data["recommended"] = tune.recommend(
+        data["verifications"], data["predictions"], model, slo, search.peak_rps, search.headroom
+    )
+    data["wall_s"] = round(time.time() - data["started_at"], 1)
+    write(data)
+    _print(data)
+    _write_report(tune_dir)
+    print(f"tune directory: {tune_dir}")
 
 
 def _log(message: str) -> None:

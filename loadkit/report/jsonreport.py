@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from loadkit import __version__
-from loadkit.analysis.model import Analysis, to_jsonable
+from loadkit.analysis.model import (
+    Analysis,
+    CapacityResult,
+    Finding,
+    OverallStats,
+    Verdict,
+    to_jsonable,
+)
 from loadkit.rundir import Run
 
 # History:
@@ -37,91 +44,14 @@ class JsonReporter:
 def build_document(run: Run, analysis: Analysis, html_path: str | None = None) -> dict[str, Any]:
     """The report as plain data (numbers stay numbers; units are in the key names)."""
     a = analysis
-    o = a.overall
-    c = o.corrected
-    s = o.service
     return {
         "report_schema": REPORT_SCHEMA,
         "generator": f"loadkit {__version__}",
-        "run": {
-            "run_id": a.run.run_id,
-            "status": a.run.status,
-            "abort": to_jsonable(a.run.abort),
-            "kind": a.run.kind,
-            "scenario": a.run.scenario,
-            "scenario_params": run.info.scenario.params if run.info.scenario else {},
-            "model": a.run.model,
-            "target_url": a.run.target_url,
-            "start_ns": a.run.start_ns,
-            "end_ns": a.run.end_ns,
-            "duration_s": a.run.duration_s,
-            "gpu_kind": a.run.gpu_kind,
-            "simulated": a.run.simulated,
-            "target_location": to_jsonable(a.run.target_location),
-            "sources": to_jsonable(a.run.sources),
-            "loadkit_version": a.run.loadkit_version,
-            "window_s": a.window_s,
-        },
-        "verdict": {
-            "passed": a.verdict.passed,
-            "summary": a.verdict.summary,
-            "source": a.verdict.source,
-            "slos": [
-                {
-                    "name": v.name,
-                    "threshold": v.threshold,
-                    "unit": v.unit,
-                    "observed": v.observed,
-                    "passed": v.passed,
-                }
-                for v in a.verdict.slos
-            ],
-        },
+        "run": _run_block(run, a),
+        "verdict": _verdict_block(a.verdict),
         "headline": a.headline,
-        "numbers": {
-            "duration_s": o.duration_s,
-            "offered_rps": o.offered_rps,
-            "achieved_rps": o.throughput_rps,
-            "requests_offered": o.offered,
-            "requests_completed": o.completed,
-            "requests_ok": o.ok,
-            "errors": o.errors,
-            "error_pct": o.error_pct,
-            "dropped": o.dropped,
-            "dropped_pct": o.dropped_pct,
-            "error_kinds": dict(o.error_kinds),
-            "error_messages": {k: list(v) for k, v in o.error_messages.items()},
-            "p50_ms": c.p50_ms,
-            "p90_ms": c.p90_ms,
-            "p95_ms": c.p95_ms,
-            "p99_ms": c.p99_ms,
-            "p999_ms": c.p999_ms,
-            "max_ms": c.max_ms,
-            "service_p50_ms": s.p50_ms,
-            "service_p99_ms": s.p99_ms,
-            "service_p999_ms": s.p999_ms,
-        },
-        "findings": [
-            {
-                "cause": f.cause,
-                "title": f.title,
-                "confidence": f.confidence,
-                "summary": f.summary,
-                "action": f.action,
-                "episodes": list(f.episodes),
-                "episodes_total": f.episodes_total,
-                "coincidence": f.coincidence,
-                "baseline_rate": f.baseline_rate,
-                "lift": f.lift,
-                "p_value": f.p_value,
-                "lag_s": f.lag_s,
-                "evidence": [
-                    {"name": e.name, "value": e.value, "unit": e.unit, "note": e.note}
-                    for e in f.evidence
-                ],
-            }
-            for f in a.findings
-        ],
+        "numbers": _numbers_block(a.overall),
+        "findings": [_finding_block(f) for f in a.findings],
         "episodes": [
             {
                 "id": e.episode_id,
@@ -164,17 +94,114 @@ def build_document(run: Run, analysis: Analysis, html_path: str | None = None) -
             "offered_rps": a.knee.knee_offered_rps,
             "achieved_rps": a.knee.knee_achieved_rps,
         },
-        "capacity": None
-        if a.capacity is None
-        else {
-            "rate_rps": a.capacity.rate_rps,
-            "low_rps": a.capacity.low_rps,
-            "high_rps": a.capacity.high_rps,
-            "limited_by": a.capacity.limited_by,
-            "replicas": a.capacity.replicas,
-            "answer": a.capacity.answer,
-        },
+        "capacity": _capacity_block(a.capacity),
         "html_report": html_path,
+    }
+
+
+def _run_block(run: Run, a: Analysis) -> dict[str, Any]:
+    """What was run, where and how: enough to tell two reports' runs apart without the run dir."""
+    return {
+        "run_id": a.run.run_id,
+        "status": a.run.status,
+        "abort": to_jsonable(a.run.abort),
+        "kind": a.run.kind,
+        "scenario": a.run.scenario,
+        "scenario_params": run.info.scenario.params if run.info.scenario else {},
+        "model": a.run.model,
+        "target_url": a.run.target_url,
+        "start_ns": a.run.start_ns,
+        "end_ns": a.run.end_ns,
+        "duration_s": a.run.duration_s,
+        "gpu_kind": a.run.gpu_kind,
+        "simulated": a.run.simulated,
+        "target_location": to_jsonable(a.run.target_location),
+        "sources": to_jsonable(a.run.sources),
+        "loadkit_version": a.run.loadkit_version,
+        "window_s": a.window_s,
+    }
+
+
+def _verdict_block(verdict: Verdict) -> dict[str, Any]:
+    """Pass/fail with each SLO's threshold beside what was observed, for CI gates."""
+    return {
+        "passed": verdict.passed,
+        "summary": verdict.summary,
+        "source": verdict.source,
+        "slos": [
+            {
+                "name": v.name,
+                "threshold": v.threshold,
+                "unit": v.unit,
+                "observed": v.observed,
+                "passed": v.passed,
+            }
+            for v in verdict.slos
+        ],
+    }
+
+
+def _numbers_block(o: OverallStats) -> dict[str, Any]:
+    """The whole-run counts and percentiles a dashboard plots, flat, units in the key names."""
+    c = o.corrected
+    s = o.service
+    return {
+        "duration_s": o.duration_s,
+        "offered_rps": o.offered_rps,
+        "achieved_rps": o.throughput_rps,
+        "requests_offered": o.offered,
+        "requests_completed": o.completed,
+        "requests_ok": o.ok,
+        "errors": o.errors,
+        "error_pct": o.error_pct,
+        "dropped": o.dropped,
+        "dropped_pct": o.dropped_pct,
+        "error_kinds": dict(o.error_kinds),
+        "error_messages": {k: list(v) for k, v in o.error_messages.items()},
+        "p50_ms": c.p50_ms,
+        "p90_ms": c.p90_ms,
+        "p95_ms": c.p95_ms,
+        "p99_ms": c.p99_ms,
+        "p999_ms": c.p999_ms,
+        "max_ms": c.max_ms,
+        "service_p50_ms": s.p50_ms,
+        "service_p99_ms": s.p99_ms,
+        "service_p999_ms": s.p999_ms,
+    }
+
+
+def _finding_block(f: Finding) -> dict[str, Any]:
+    """One attributed cause with its statistics and evidence, so a pipeline can act on it."""
+    return {
+        "cause": f.cause,
+        "title": f.title,
+        "confidence": f.confidence,
+        "summary": f.summary,
+        "action": f.action,
+        "episodes": list(f.episodes),
+        "episodes_total": f.episodes_total,
+        "coincidence": f.coincidence,
+        "baseline_rate": f.baseline_rate,
+        "lift": f.lift,
+        "p_value": f.p_value,
+        "lag_s": f.lag_s,
+        "evidence": [
+            {"name": e.name, "value": e.value, "unit": e.unit, "note": e.note} for e in f.evidence
+        ],
+    }
+
+
+def _capacity_block(capacity: CapacityResult | None) -> dict[str, Any] | None:
+    """The capacity search's answer, present only for `loadkit capacity` runs."""
+    if capacity is None:
+        return None
+    return {
+        "rate_rps": capacity.rate_rps,
+        "low_rps": capacity.low_rps,
+        "high_rps": capacity.high_rps,
+        "limited_by": capacity.limited_by,
+        "replicas": capacity.replicas,
+        "answer": capacity.answer,
     }
 
 

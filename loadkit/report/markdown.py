@@ -55,18 +55,7 @@ class MarkdownReporter:
 
 def render_context(ctx: dict[str, Any], html_url: str | None = None) -> str:
     v = ctx["verdict"]
-    mark = "✅ PASS" if v["passed"] else "❌ FAIL"
-    lines = [f"## {mark}: {md_escape(ctx['title'])}", ""]
-    simulated = " (simulated GPU)" if ctx["simulated"] else ""
-    lines.append(f"Run {md_escape(ctx['run_id'])}{simulated}")
-    lines.append("")
-    if ctx.get("places"):  # which machine each timeline comes from
-        for line in ctx["places"]:
-            lines += [md_escape(line), ""]
-    if ctx.get("abort"):
-        word = "ABORTED" if ctx["abort"]["by"] == "condition" else "INTERRUPTED"
-        lines.append(f"**{word}** {md_escape(ctx['abort']['text'])}")
-        lines.append("")
+    lines = _header(ctx)
     met = "The run met its SLO." if v["passed"] else "The run did not meet its SLO."
     lines.append(f"**{met}** {md_escape(v['sentence'])}")
     lines.append("")
@@ -81,41 +70,10 @@ def render_context(ctx: dict[str, Any], html_url: str | None = None) -> str:
     lines.append("")
     lines.append(ctx["latency_note"])
     lines.append("")
-    if ctx["error_kinds"]:
-        kinds = ", ".join(
-            f"{md_escape(e['kind'])} × {md_escape(e['text'])}" for e in ctx["error_kinds"]
-        )
-        lines.append(f"Errors by kind: {kinds}")
-        lines.append("")
-        for e in ctx["error_kinds"]:
-            for message in e["messages"]:
-                lines.append(f"- {md_escape(e['kind'])}: the server said {md_escape(message)}")
-        if any(e["messages"] for e in ctx["error_kinds"]):
-            lines.append("")
+    lines += _error_kinds(ctx["error_kinds"])
     capacity = ctx.get("capacity")
     if capacity:
-        lines.append("### Capacity")
-        lines.append("")
-        lines.append(f"**{md_escape(capacity['answer'])}**")
-        lines.append("")
-        lines.append(
-            f"Limited by {md_escape(capacity['limited_by'])}: {md_escape(capacity['evidence'])}"
-        )
-        if capacity["predicted"]:
-            lines.append("")
-            lines.append(
-                f"Predicted from the server's statistics: {capacity['predicted']}"
-                + (f" (measured differs by {capacity['gap']})" if capacity["gap"] else "")
-            )
-        lines.append("")
-        lines.append(f"| rate | achieved | goodput | corrected {capacity['percentile']} | passed |")
-        lines.append("|---|---|---|---|---|")
-        for p in capacity["probes"]:
-            lines.append(
-                f"| {p['rate']} | {p['achieved']} | {p['goodput']} | {p['latency']} | "
-                f"{'yes' if p['passed'] else 'no'} |"
-            )
-        lines.append("")
+        lines += _capacity_section(capacity)
     if ctx["story"]:
         # One paragraph that starts with our own words: no outside text begins a line.
         lines.append("**What happened:** " + " ".join(md_escape(s) for s in ctx["story"]))
@@ -123,12 +81,88 @@ def render_context(ctx: dict[str, Any], html_url: str | None = None) -> str:
     for alert in ctx["alerts"]:
         lines.append(f"> **{md_escape(alert['severity']).upper()}** {md_escape(alert['message'])}")
         lines.append("")
-    lines.append("### Findings")
+    lines += _findings_section(ctx["findings"])
+    soak = ctx.get("soak")
+    if soak and soak["findings"]:
+        lines += _soak_section(soak["findings"])
+    for r in ctx["recoveries"]:
+        lines.append(
+            f"- Burst at {md_escape(r['at'])} ({md_escape(r['rate'])}): P99 peak "
+            f"{md_escape(r['peak_p99'])}, recovery {md_escape(r['recovery'])}"
+        )
+    if ctx["recoveries"]:
+        lines.append("")
+    if html_url:
+        lines.append(f"[Full HTML report]({md_url(html_url)})")
+        lines.append("")
+    lines.append(f"_loadkit {md_escape(ctx['report_version'])}_")
+    return "\n".join(lines) + "\n"
+
+
+def _header(ctx: dict[str, Any]) -> list[str]:
+    """Verdict mark, title, run and where it ran: what a reader scanning a ticket sees first."""
+    mark = "✅ PASS" if ctx["verdict"]["passed"] else "❌ FAIL"
+    lines = [f"## {mark}: {md_escape(ctx['title'])}", ""]
+    simulated = " (simulated GPU)" if ctx["simulated"] else ""
+    lines.append(f"Run {md_escape(ctx['run_id'])}{simulated}")
     lines.append("")
-    if not ctx["findings"]:
+    if ctx.get("places"):  # which machine each timeline comes from
+        for line in ctx["places"]:
+            lines += [md_escape(line), ""]
+    if ctx.get("abort"):
+        word = "ABORTED" if ctx["abort"]["by"] == "condition" else "INTERRUPTED"
+        lines.append(f"**{word}** {md_escape(ctx['abort']['text'])}")
+        lines.append("")
+    return lines
+
+
+def _error_kinds(error_kinds: list[dict[str, Any]]) -> list[str]:
+    """Failed requests by kind, then the server's own words for each (all escaped: outside text)."""
+    if not error_kinds:
+        return []
+    kinds = ", ".join(f"{md_escape(e['kind'])} × {md_escape(e['text'])}" for e in error_kinds)
+    lines = [f"Errors by kind: {kinds}", ""]
+    for e in error_kinds:
+        for message in e["messages"]:
+            lines.append(f"- {md_escape(e['kind'])}: the server said {md_escape(message)}")
+    if any(e["messages"] for e in error_kinds):
+        lines.append("")
+    return lines
+
+
+def _capacity_section(capacity: dict[str, Any]) -> list[str]:
+    """A capacity run's answer, what limited it, and each probe's verdict."""
+    lines = ["### Capacity", ""]
+    lines.append(f"**{md_escape(capacity['answer'])}**")
+    lines.append("")
+    lines.append(
+        f"Limited by {md_escape(capacity['limited_by'])}: {md_escape(capacity['evidence'])}"
+    )
+    if capacity["predicted"]:
+        lines.append("")
+        lines.append(
+            f"Predicted from the server's statistics: {capacity['predicted']}"
+            + (f" (measured differs by {capacity['gap']})" if capacity["gap"] else "")
+        )
+    lines.append("")
+    lines.append(f"| rate | achieved | goodput | corrected {capacity['percentile']} | passed |")
+    lines.append("|---|---|---|---|---|")
+    for p in capacity["probes"]:
+        lines.append(
+            f"| {p['rate']} | {p['achieved']} | {p['goodput']} | {p['latency']} | "
+            f"{'yes' if p['passed'] else 'no'} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _findings_section(findings: list[dict[str, Any]]) -> list[str]:
+    """Each finding as a numbered item with its evidence, statistics, episodes and action."""
+    lines = ["### Findings", ""]
+    if not findings:
         lines.append("No cause explained the latency spikes.")
         lines.append("")
-    for i, f in enumerate(ctx["findings"], start=1):
+    for i, f in enumerate(findings, start=1):
         lines.append(
             f"{i}. **{md_escape(f['title'])}** ({md_escape(f['confidence'])}): {md_escape(f['summary'])}"
         )
@@ -143,30 +177,21 @@ def render_context(ctx: dict[str, Any], html_url: str | None = None) -> str:
         more = f" and {f['episodes_more']} more" if f["episodes_more"] else ""
         lines.append(f"   - Episodes: {ids or 'none'}{more}")
         lines.append(f"   - **Action:** {md_escape(f['action'])}")
-    if ctx["findings"]:
+    if findings:
         lines.append("")
-    soak = ctx.get("soak")
-    if soak and soak["findings"]:
-        lines.append("### Soak drift")
-        lines.append("")
-        for f in soak["findings"]:
-            lines.append(
-                f"- **{md_escape(f['title'])}** ({md_escape(f['severity'])}): {md_escape(f['summary'])}"
-            )
-            lines.append(f"   - **Action:** {md_escape(f['action'])}")
-        lines.append("")
-    for r in ctx["recoveries"]:
+    return lines
+
+
+def _soak_section(findings: list[dict[str, Any]]) -> list[str]:
+    """What drifted over a long run, each with its severity and action."""
+    lines = ["### Soak drift", ""]
+    for f in findings:
         lines.append(
-            f"- Burst at {md_escape(r['at'])} ({md_escape(r['rate'])}): P99 peak "
-            f"{md_escape(r['peak_p99'])}, recovery {md_escape(r['recovery'])}"
+            f"- **{md_escape(f['title'])}** ({md_escape(f['severity'])}): {md_escape(f['summary'])}"
         )
-    if ctx["recoveries"]:
-        lines.append("")
-    if html_url:
-        lines.append(f"[Full HTML report]({md_url(html_url)})")
-        lines.append("")
-    lines.append(f"_loadkit {md_escape(ctx['report_version'])}_")
-    return "\n".join(lines) + "\n"
+        lines.append(f"   - **Action:** {md_escape(f['action'])}")
+    lines.append("")
+    return lines
 
 
 def render(run: Run, analysis: Analysis, html_url: str | None = None) -> str:

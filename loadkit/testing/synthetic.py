@@ -254,18 +254,21 @@ def _stall_end(t: float, spec: RunSpec) -> float:
     return stall.end_s if stall else t
 
 
-def simulate(spec: RunSpec) -> Simulated:
-    """Run the queueing model: open-model arrivals, one dynamically batched model instance."""
-    rng = np.random.default_rng(spec.seed)
-    io_rng = np.random.default_rng(spec.seed + 2000)  # the copies' noise (compute_input/output)
-    intended = _arrivals(spec, rng)
-    n = len(intended)
-    # Client side: CPU saturation delays the send and the handling of the response.
-    client_extra = np.zeros(n)
+def _client_delays(spec: RunSpec, intended: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Extra client time per request: a saturated or capped load machine sends and reads late."""
+    client_extra = np.zeros(len(intended))
     for i, t in enumerate(intended):
         sat = _in_any(t, spec.cpu_saturations) or _in_any(t, spec.client_quotas)
         if sat:
             client_extra[i] = rng.exponential(sat.strength / 1000.0)
+    return client_extra
+
+
+def _new_connections(
+    spec: RunSpec, intended: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which requests open a connection (rarely, often under churn) and the handshake they pay."""
+    n = len(intended)
     conn_new = np.zeros(n, dtype=bool)
     handshake = np.zeros(n)
     for i, t in enumerate(intended):
@@ -274,24 +277,80 @@ def simulate(spec: RunSpec) -> Simulated:
         if rng.random() < p:
             conn_new[i] = True
             handshake[i] = rng.uniform(0.004, 0.012)  # TCP + HTTP/2 setup, first request slow
-    sent = intended + client_extra * 0.5
-    path = np.zeros(n)
+    return conn_new, handshake
+
+
+def _path_delays(spec: RunSpec, intended: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each request's extra round trip on a slow network path (none outside its windows)."""
+    path = np.zeros(len(intended))
     for i, t in enumerate(intended):
         slow_path = _in_any(t, spec.network_delays)
         if slow_path:
             path[i] = slow_path.strength / 1000.0 * float(rng.uniform(0.8, 1.2))
-    at_server = sent + 0.0002 + handshake + path / 2
+    return path
+
+
+def _batch_time(
+    spec: RunSpec,
+    t_start: float,
+    size: int,
+    rng: np.random.Generator,
+    io_rng: np.random.Generator,
+) -> tuple[float, float]:
+    """(copies' time, end) of a batch: its compute under the faults active when it starts."""
+    compute = (spec.compute_us_per_batch + spec.compute_us_per_item * size) / 1e6
+    compute *= float(rng.lognormal(0.0, spec.compute_noise))
+    drop = _in_any(t_start, spec.clock_drops)
+    if drop:
+        compute *= drop.factor
+    slow = _in_any(t_start, spec.model_slowdowns)
+    if slow:
+        compute *= slow.strength
+    neighbour = _in_any(t_start, spec.neighbour_bursts)
+    if neighbour:
+        compute /= 1.0 - neighbour.strength
+    quota = _in_any(t_start, spec.cgroup_quotas)
+    if quota:
+        compute *= 1.0 + quota.strength * float(rng.uniform(0.5, 1.5))
+    # compute_input + compute_output, recorded in every run as Triton always reports them:
+    # a small copy per request, part of the batch's usual time (so a run without data
+    # movement keeps its timing), and in a movement window the extra copies on top. Their
+    # noise has its own generator: the compute and arrival draws stay the same.
+    io = min(size * 0.00005 * float(io_rng.lognormal(0.0, spec.compute_noise)), compute / 2)
+    compute -= io
+    moving = _in_any(t_start, spec.data_movements)
+    if moving:
+        io += size * moving.strength / 1000.0 * float(io_rng.lognormal(0.0, spec.compute_noise))
+    end = t_start + compute + io
+    for stall in spec.stalls:  # stopped mid-batch: the batch finishes after SIGCONT
+        if t_start < stall.start_s < end:
+            end += stall.end_s - stall.start_s
+    return io, end
+
+
+@dataclass
+class _Served:
+    """The server's side: when each request's batch ended, how long it queued, and the batches."""
+
+    server_done: np.ndarray
+    queue_s: np.ndarray
+    batch_start: list[float] = field(default_factory=list)
+    batch_end: list[float] = field(default_factory=list)
+    batch_size: list[int] = field(default_factory=list)
+    batch_compute: list[float] = field(default_factory=list)
+    batch_io: list[float] = field(default_factory=list)
+
+
+def _serve(
+    spec: RunSpec, at_server: np.ndarray, rng: np.random.Generator, io_rng: np.random.Generator
+) -> _Served:
+    """The dynamic batcher: a batch starts when `max_batch_size` wait or the oldest waited long."""
+    n = len(at_server)
     order = np.argsort(at_server, kind="stable")
     arr = at_server[order].tolist()
     delay = spec.max_queue_delay_us / 1e6
     bmax = spec.max_batch_size
-    server_done = np.zeros(n)
-    queue_s = np.zeros(n)
-    b_start: list[float] = []
-    b_end: list[float] = []
-    b_size: list[int] = []
-    b_compute: list[float] = []
-    b_io: list[float] = []
+    served = _Served(server_done=np.zeros(n), queue_s=np.zeros(n))
     queue: deque[int] = deque()
     t = 0.0
     i = 0
@@ -313,45 +372,32 @@ def simulate(spec: RunSpec) -> Simulated:
             i += 1
         size = min(bmax, len(queue))
         batch = [queue.popleft() for _ in range(size)]
-        compute = (spec.compute_us_per_batch + spec.compute_us_per_item * size) / 1e6
-        compute *= float(rng.lognormal(0.0, spec.compute_noise))
-        drop = _in_any(t_start, spec.clock_drops)
-        if drop:
-            compute *= drop.factor
-        slow = _in_any(t_start, spec.model_slowdowns)
-        if slow:
-            compute *= slow.strength
-        neighbour = _in_any(t_start, spec.neighbour_bursts)
-        if neighbour:
-            compute /= 1.0 - neighbour.strength
-        quota = _in_any(t_start, spec.cgroup_quotas)
-        if quota:
-            compute *= 1.0 + quota.strength * float(rng.uniform(0.5, 1.5))
-        # compute_input + compute_output, recorded in every run as Triton always reports them:
-        # a small copy per request, part of the batch's usual time (so a run without data
-        # movement keeps its timing), and in a movement window the extra copies on top. Their
-        # noise has its own generator: the compute and arrival draws stay the same.
-        io = min(size * 0.00005 * float(io_rng.lognormal(0.0, spec.compute_noise)), compute / 2)
-        compute -= io
-        moving = _in_any(t_start, spec.data_movements)
-        if moving:
-            io += size * moving.strength / 1000.0 * float(io_rng.lognormal(0.0, spec.compute_noise))
-        end = t_start + compute + io
-        for stall in spec.stalls:  # stopped mid-batch: the batch finishes after SIGCONT
-            if t_start < stall.start_s < end:
-                end += stall.end_s - stall.start_s
+        io, end = _batch_time(spec, t_start, size, rng, io_rng)
         for j in batch:
-            queue_s[order[j]] = t_start - arr[j]
-            server_done[order[j]] = end
-        b_start.append(t_start)
-        b_end.append(end)
-        b_size.append(size)
-        b_compute.append(end - t_start - io)
-        b_io.append(io)
+            served.queue_s[order[j]] = t_start - arr[j]
+            served.server_done[order[j]] = end
+        served.batch_start.append(t_start)
+        served.batch_end.append(end)
+        served.batch_size.append(size)
+        served.batch_compute.append(end - t_start - io)
+        served.batch_io.append(io)
         t = end
-    done = server_done + 0.0003 + client_extra * 0.5 + path / 2 + rng.exponential(0.0002, n)
-    ok = rng.random(n) >= spec.error_rate
-    kinds = np.full(n, "http_503", dtype=object)
+    return served
+
+
+def _failures(
+    spec: RunSpec,
+    intended: np.ndarray,
+    sent: np.ndarray,
+    done: np.ndarray,
+    ok: np.ndarray,
+) -> np.ndarray:
+    """Fail the requests of the error windows and those past the client's timeout, in place.
+
+    Returns each request's error kind (meaningful where `ok` is False); `done` moves
+    to when the client saw the failure.
+    """
+    kinds = np.full(len(intended), "http_503", dtype=object)
     for i, t in enumerate(intended):
         window = _in_any(t, spec.error_windows)
         if window is None:
@@ -368,6 +414,25 @@ def simulate(spec: RunSpec) -> Simulated:
     ok[late] = False
     kinds[late] = "timeout"
     done[late] = sent[late] + spec.timeout_s
+    return kinds
+
+
+def simulate(spec: RunSpec) -> Simulated:
+    """Run the queueing model: open-model arrivals, one dynamically batched model instance."""
+    rng = np.random.default_rng(spec.seed)
+    io_rng = np.random.default_rng(spec.seed + 2000)  # the copies' noise (compute_input/output)
+    intended = _arrivals(spec, rng)
+    n = len(intended)
+    # Client side: CPU saturation delays the send and the handling of the response.
+    client_extra = _client_delays(spec, intended, rng)
+    conn_new, handshake = _new_connections(spec, intended, rng)
+    sent = intended + client_extra * 0.5
+    path = _path_delays(spec, intended, rng)
+    at_server = sent + 0.0002 + handshake + path / 2
+    served = _serve(spec, at_server, rng, io_rng)
+    done = served.server_done + 0.0003 + client_extra * 0.5 + path / 2 + rng.exponential(0.0002, n)
+    ok = rng.random(n) >= spec.error_rate
+    kinds = _failures(spec, intended, sent, done, ok)
     process = rng.integers(0, spec.processes, n) if spec.processes > 1 else np.zeros(n, int)
     return Simulated(
         intended=intended,
@@ -375,13 +440,13 @@ def simulate(spec: RunSpec) -> Simulated:
         done=done,
         ok=ok,
         connection_new=conn_new,
-        queue_s=queue_s,
-        batch_start=np.array(b_start),
-        batch_end=np.array(b_end),
-        batch_size=np.array(b_size, dtype=int),
+        queue_s=served.queue_s,
+        batch_start=np.array(served.batch_start),
+        batch_end=np.array(served.batch_end),
+        batch_size=np.array(served.batch_size, dtype=int),
         process=process,
-        batch_compute_s=np.array(b_compute),
-        batch_io_s=np.array(b_io),
+        batch_compute_s=np.array(served.batch_compute),
+        batch_io_s=np.array(served.batch_io),
         error_kind=kinds,
     )
 

@@ -60,6 +60,7 @@ from loadkit.analysis.causes.base import (
 )
 from loadkit.analysis.model import CAUSE_CPU_SATURATION, Evidence
 from loadkit.analysis.noise import above_spread
+from loadkit.analysis.telemetry import HostSeries
 
 ARRIVALS_RISE = 1.25  # arrivals this far above baseline: a burst, not a neighbour
 BACKLOG_WINDOWS = 3
@@ -126,6 +127,95 @@ def _stopped(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:
     return out
 
 
+def _waited_for_cpu(
+    full: np.ndarray,
+    usual: float,
+    waited: np.ndarray | None,
+    starved: np.ndarray | None,
+    delay: np.ndarray | None,
+    baseline: np.ndarray,
+) -> np.ndarray:
+    """The gate: the server's run delay rose where recorded; else starved or full cores.
+
+    Without a run delay and with busy cores unusual for the run, the result is
+    `full` itself (not a copy): the exclusions applied to it in place reach `full` too.
+    """
+    if waited is not None:
+        # The gate: the server's threads waited beyond their baseline's spread.
+        cond = np.nan_to_num(waited, nan=0.0) > 0
+        if usual <= BUSY_USUAL_SHARE and delay is not None:
+            # Busy cores unusual for the run, where the server waited longer than its
+            # median: not its own work (a backlog after a stop), a neighbour's.
+            usual_delay = median(delay, baseline)
+            cond |= full & ~(np.nan_to_num(delay, nan=np.inf) <= (usual_delay or 0.0))
+        elif starved is not None:  # a host busy all along: saturated cores and a wait
+            cond |= np.nan_to_num(starved, nan=0.0) > 0
+    elif starved is not None and usual > BUSY_USUAL_SHARE:
+        cond = np.nan_to_num(starved, nan=0.0) > 0
+    else:
+        cond = full
+    return cond
+
+
+def _left_out(
+    sig: Signals, host: HostSeries, baseline: np.ndarray, starved: np.ndarray | None
+) -> np.ndarray:
+    """Windows where the wait is not a neighbour's: the server's own work, bursts, quota, stalls."""
+    out = _no_one_else(sig, baseline)
+    offered_base = median(sig.offered_rps, baseline)
+    if offered_base:
+        rise = np.nan_to_num(sig.offered_rps, nan=0.0) >= ARRIVALS_RISE * offered_base
+        out = out | _after_bursts(rise, sig.in_flight, median(sig.in_flight, baseline))
+    out = out | other_models_rose(sig, baseline)
+    throttled = quota_throttled(host, baseline)
+    if throttled is not None:
+        out = out | (np.nan_to_num(throttled, nan=0.0) > 0)
+    stopped = _stopped(sig, baseline)
+    if stopped is not None:
+        if starved is not None:  # saturated cores and a server kept waiting: starvation's gap
+            stopped &= ~(np.nan_to_num(starved, nan=0.0) > 0)
+        out = out | stopped
+    return out
+
+
+def _backed(
+    full: np.ndarray, busy: np.ndarray, baseline: np.ndarray, starved: np.ndarray | None
+) -> np.ndarray:
+    """Windows with CPU evidence beyond the run delay: full, newly pinned or starved cores."""
+    pinned = above_spread(busy, baseline, 2.0, at_least=PINNED_AT_LEAST)
+    backed = full.copy()
+    if pinned is not None:
+        backed |= np.nan_to_num(pinned, nan=0.0) > 0
+    if starved is not None:
+        backed |= np.nan_to_num(starved, nan=0.0) > 0
+    return backed
+
+
+def _wait_evidence(host: HostSeries, starved: np.ndarray, base: np.ndarray) -> list[Evidence]:
+    """The server's own waits (run delay, preemptions) where it held, against the baseline."""
+    out: list[Evidence] = []
+    for name, series, unit, note in (
+        (
+            "server_cpu_wait",
+            host.server_run_delay_ms_per_s,
+            "ms/s",
+            "time the server's threads were runnable but waited for a CPU",
+        ),
+        (
+            "server_preemptions",
+            host.server_preemptions_per_cpu_s,
+            "/CPU-s",
+            "involuntary context switches per second of CPU the server got",
+        ),
+    ):
+        if series is not None:
+            out += [
+                Evidence(f"{name}_in_episodes", median(series, starved), unit, note),
+                Evidence(f"{name}_baseline", median(series, base), unit),
+            ]
+    return out
+
+
 @assessed(CAUSE_CPU_SATURATION)
 def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     cause = CAUSE_CPU_SATURATION
@@ -141,42 +231,11 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     waited = server_waited(sig, baseline)
     starved = server_starved(sig, baseline)
     delay = host.server_run_delay_ms_per_s
-    if waited is not None:
-        # The gate: the server's threads waited beyond their baseline's spread.
-        cond = np.nan_to_num(waited, nan=0.0) > 0
-        if usual <= BUSY_USUAL_SHARE and delay is not None:
-            # Busy cores unusual for the run, where the server waited longer than its
-            # median: not its own work (a backlog after a stop), a neighbour's.
-            usual_delay = median(delay, baseline)
-            cond |= full & ~(np.nan_to_num(delay, nan=np.inf) <= (usual_delay or 0.0))
-        elif starved is not None:  # a host busy all along: saturated cores and a wait
-            cond |= np.nan_to_num(starved, nan=0.0) > 0
-    elif starved is not None and usual > BUSY_USUAL_SHARE:
-        cond = np.nan_to_num(starved, nan=0.0) > 0
-    else:
-        cond = full
-    cond &= ~_no_one_else(sig, baseline)
-    offered_base = median(sig.offered_rps, baseline)
-    if offered_base:
-        rise = np.nan_to_num(sig.offered_rps, nan=0.0) >= ARRIVALS_RISE * offered_base
-        cond &= ~_after_bursts(rise, sig.in_flight, median(sig.in_flight, baseline))
-    cond &= ~other_models_rose(sig, baseline)
-    throttled = quota_throttled(host, baseline)
-    if throttled is not None:
-        cond &= ~(np.nan_to_num(throttled, nan=0.0) > 0)
-    stopped = _stopped(sig, baseline)
-    if stopped is not None:
-        if starved is not None:  # saturated cores and a server kept waiting: starvation's gap
-            stopped &= ~(np.nan_to_num(starved, nan=0.0) > 0)
-        cond &= ~stopped
+    cond = _waited_for_cpu(full, usual, waited, starved, delay, baseline)
+    cond &= ~_left_out(sig, host, baseline, starved)  # in place: `cond` may be `full`
     holds = flag(cond, busy)
     outside = outside_server_ms(sig)
-    pinned = above_spread(busy, baseline, 2.0, at_least=PINNED_AT_LEAST)
-    backed = full.copy()
-    if pinned is not None:
-        backed |= np.nan_to_num(pinned, nan=0.0) > 0
-    if starved is not None:
-        backed |= np.nan_to_num(starved, nan=0.0) > 0
+    backed = _backed(full, busy, baseline, starved)
     cap = _wait_alone_cap(cond, backed, delay, baseline)
     others = neighbours_cpu_cores(sig)
 
@@ -199,25 +258,7 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
                 ),
                 Evidence("others_cpu_cores_baseline", median(others, base), "cores"),
             ]
-        for name, series, unit, note in (
-            (
-                "server_cpu_wait",
-                host.server_run_delay_ms_per_s,
-                "ms/s",
-                "time the server's threads were runnable but waited for a CPU",
-            ),
-            (
-                "server_preemptions",
-                host.server_preemptions_per_cpu_s,
-                "/CPU-s",
-                "involuntary context switches per second of CPU the server got",
-            ),
-        ):
-            if series is not None:
-                out += [
-                    Evidence(f"{name}_in_episodes", median(series, starved), unit, note),
-                    Evidence(f"{name}_baseline", median(series, base), unit),
-                ]
+        out += _wait_evidence(host, starved, base)
         if outside is not None and sig.triton is not None:
             out += [
                 Evidence(
