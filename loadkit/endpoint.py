@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from loadkit.errors import UsageError
 
@@ -89,3 +89,11 @@ def parse_endpoint(
     if parts.query or parts.fragment:
         raise UsageError(f"{what} {text!r}: a server URL has no ?query or #fragment", hint=hint)
     return Endpoint(scheme, host, port, parts.path.rstrip("/"))
+
+
+def without_credentials(url: str) -> str:
+    """`url` without a `user:password@` (what a manifest or a log may show of it)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from loadkit import lifeline
+from loadkit.commands.options import token_from_file
 from loadkit.errors import UsageError
 from loadkit.placement import this_hostname
 
@@ -28,14 +29,17 @@ series. A Prometheus can scrape the same URL (then `loadkit import
 --prometheus` reads it). Nothing is written on this machine.
 
 It binds 127.0.0.1 unless --bind says otherwise (the metrics name the server's
-PID and cgroup: expose them on purpose, e.g. --bind 0.0.0.0 inside a pod). It
-prints one line with its URL, then serves until Ctrl-C or SIGTERM; if the
-server's process exits, it says so once and keeps serving the machine's series.
-It starts no process.
+PID and cgroup: expose them on purpose, e.g. --bind 0.0.0.0 inside a pod); bound
+to any other address it prints one warning line saying so. With --token-file,
+every request must carry that token (`Authorization: Bearer ...`; the load
+machine gives the same file to `run --agent-token-file`), else it answers 401.
+A connection that sends nothing for 30 s is closed. It prints one line with its
+URL, then serves until Ctrl-C or SIGTERM; if the server's process exits, it says
+so once and keeps serving the machine's series. It starts no process.
 
 examples:
   loadkit agent --server-pid 4242
-  loadkit agent --server-pid 4242 --bind 0.0.0.0 --port 9477
+  loadkit agent --server-pid 4242 --bind 0.0.0.0 --port 9477 --token-file /etc/loadkit/token
   loadkit agent --gpu none --port 0
 """
 
@@ -71,6 +75,12 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_PORT,
         help=f"port to listen on; 0: any free one, printed (default {DEFAULT_PORT})",
     )
+    parser.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="require this bearer token (the file's content) on every request: a scrape "
+        "without it is a 401 (give the file to `run --agent-token-file`)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--server-pid {args.server_pid}: not a PID")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: not a TCP port (0..65535; 0: any free one)")
+    token = token_from_file(args.token_file, "--token-file")
     host = HostSampler(server_pid=args.server_pid)
     host.open()
     collectors: dict[str, Collector] = {"host": HostCollector(host)}
@@ -116,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     )
     exposition = AgentExposition(collectors)
     try:
-        server = AgentServer(args.bind, args.port, exposition)
+        server = AgentServer(args.bind, args.port, exposition, token=token)
     except OSError as exc:
         if sampler is not None:
             sampler.close()
@@ -125,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
             hint="another agent on that port? --port 0 takes any free one",
         ) from exc
     watched = f"server PID {args.server_pid}" if args.server_pid else "no server PID"
+    if token is not None:
+        watched += ", bearer token required"
     try:
         # inside the try: a Ctrl-C right after this line is read is a clean stop
         print(f"loadkit agent: serving {server.url} ({watched}, GPU: {gpu_said})", flush=True)

@@ -71,14 +71,35 @@ def add_server_telemetry(parser: argparse.ArgumentParser | argparse._ArgumentGro
         "and its host, server process and cgroup every second, as the server's gpu and host "
         "series; e.g. http://gpu-host:9477",
     )
+    parser.add_argument(
+        "--agent-token-file",
+        metavar="FILE",
+        help="the bearer token the --agent asks for (the file its --token-file reads)",
+    )
 
 
 def server_telemetry(args: argparse.Namespace) -> dict[str, Any]:
     """`TelemetryOptions.extra` for `--scrape`/`--agent` (empty without them); bad flags raise."""
     from loadkit.telemetry.scrape import SCRAPE_OPTION, parse_scrapes
 
-    scrapes = parse_scrapes(getattr(args, "scrape", []), getattr(args, "agent", []))
+    scrapes = parse_scrapes(
+        getattr(args, "scrape", []),
+        getattr(args, "agent", []),
+        agent_token_file=getattr(args, "agent_token_file", None),
+    )
     return {SCRAPE_OPTION: scrapes} if scrapes else {}
+
+
+def token_from_file(path: str | None, flag: str) -> str | None:
+    """The bearer token of a `--...-token-file FILE` (None without one); UsageError if unreadable."""
+    from loadkit.telemetry.http import read_bearer_token
+
+    if path is None:
+        return None
+    try:
+        return read_bearer_token(path)
+    except ValueError as exc:
+        raise UsageError(f"{flag} {exc}", hint="a file that holds the token, one line") from None
 
 
 def add_request_options(parser: argparse.ArgumentParser) -> None:

@@ -613,6 +613,8 @@ class Source:
     `place` and `host`: where it was sampled; `parts`: the place of a part of its fields
     whose place differs (`SERIES_PARTS`). A manifest that did not record them gets them
     from the legacy rules (`Manifest.from_dict`), with `place_inferred` set.
+    `scraped_from`: a series scraped from exporters (`run --scrape`/`--agent`), each
+    exporter's family -> the URL it was read from, credentials stripped ({} otherwise).
     """
 
     name: str | None
@@ -624,6 +626,7 @@ class Source:
     host: str | None = None
     parts: dict[str, str] = field(default_factory=dict)
     place_inferred: bool = False
+    scraped_from: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Source:
@@ -639,6 +642,9 @@ class Source:
             _str(raw.get("host")),
             parts,
             place_inferred=place is None,
+            scraped_from={
+                str(k): v for k, v in _dict(raw.get("scraped_from")).items() if isinstance(v, str)
+            },
         )
 
     @property

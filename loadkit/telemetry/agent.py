@@ -15,11 +15,16 @@ does a Prometheus that scrapes the agent.
 `?collect[]=gpu` / `host` / `info` (node-exporter's convention) reads only those
 collectors: a 10 Hz GPU scrape does not read the server's threads ten times a
 second. Exposition is prometheus_client's; the HTTP server keeps connections
-alive (HTTP/1.1), so a scrape is one GET on an open connection.
+alive (HTTP/1.1), so a scrape is one GET on an open connection, and closes one
+that sends nothing for `IDLE_TIMEOUT_S` (its thread is freed). With a token, a
+request without `Authorization: Bearer <token>` is a 401; bound to an address
+other than loopback, the agent says once what it exposes.
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import socket
 import sys
 import threading
@@ -44,6 +49,11 @@ DEFAULT_BIND = "127.0.0.1"
 METRICS_PATH = "/metrics"
 # The collectors `?collect[]=NAME` selects; none named: all of them.
 COLLECTORS = ("info", "host", "gpu")
+# A connection that sends nothing for this long is closed and its thread freed: longer
+# than a run's scrapes (10 Hz, 1 s) and a Prometheus's usual 15 s, so theirs stay open.
+IDLE_TIMEOUT_S = 30.0
+# What a 401 asks for (RFC 6750).
+AUTH_CHALLENGE = 'Bearer realm="loadkit agent"'
 
 Warn = Callable[[str], None]
 # Linux counts guest time in user time too (node-exporter exposes it apart, as we leave it out).
@@ -277,8 +287,12 @@ class AgentExposition:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: a 10 Hz scrape reuses its connection
     exposition: AgentExposition
+    token: bytes | None = None  # the bearer token every request must carry, if any
+    # `timeout` (StreamRequestHandler's): the connection's idle timeout, set per server
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.token is not None and not self._authorized(self.token):
+            return
         parts = urlsplit(self.path)
         if parts.path.rstrip("/") != METRICS_PATH:
             self._send(404, b"loadkit agent: the metrics are at /metrics\n", "text/plain")
@@ -291,10 +305,24 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send(200, body, CONTENT_TYPE_LATEST)
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _authorized(self, token: bytes) -> bool:
+        """Whether the request carries the token; if not, a 401 is sent."""
+        scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token):
+            return True
+        challenge = AUTH_CHALLENGE + (', error="invalid_token"' if scheme else "")
+        body = b"loadkit agent: give its token: Authorization: Bearer <the --token-file's>\n"
+        self._send(401, body, "text/plain", {"WWW-Authenticate": challenge})
+        return False
+
+    def _send(
+        self, status: int, body: bytes, content_type: str, headers: Mapping[str, str] = {}
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
 
@@ -303,13 +331,36 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class AgentServer(ThreadingHTTPServer):
+    """The agent's HTTP server: one thread per connection, each closed after
+    `idle_timeout_s` without a request; `token`: the bearer token requests must carry."""
+
     daemon_threads = True
 
-    def __init__(self, bind: str, port: int, exposition: AgentExposition) -> None:
-        handler = type("AgentHandler", (_Handler,), {"exposition": exposition})
+    def __init__(
+        self,
+        bind: str,
+        port: int,
+        exposition: AgentExposition,
+        *,
+        token: str | None = None,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        warn: Warn = _stderr_warning,
+    ) -> None:
+        handler = type(
+            "AgentHandler",
+            (_Handler,),
+            {
+                "exposition": exposition,
+                "token": token.encode() if token is not None else None,
+                "timeout": idle_timeout_s,
+            },
+        )
         if ":" in bind:
             self.address_family = socket.AF_INET6
         super().__init__((bind, port), handler)
+        exposed = exposure_warning(self.host, port=self.server_address[1], token=token)
+        if exposed is not None:
+            warn(exposed)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):
@@ -317,21 +368,47 @@ class AgentServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
     @property
+    def host(self) -> str:
+        host = self.server_address[0]
+        return host.decode() if isinstance(host, bytes) else str(host)
+
+    @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        name = host.decode() if isinstance(host, bytes) else str(host)
+        name = self.host
         shown = f"[{name}]" if ":" in name else name
-        return f"http://{shown}:{port}{METRICS_PATH}"
+        return f"http://{shown}:{self.server_address[1]}{METRICS_PATH}"
+
+
+def exposure_warning(address: str, *, port: int, token: str | None) -> str | None:
+    """The one line to say when the agent listens on `address` beyond this machine (None:
+    loopback only)."""
+    try:
+        if ipaddress.ip_address(address.split("%", 1)[0]).is_loopback:
+            return None
+    except ValueError:
+        pass  # not an address: say it
+    if token is not None:
+        return (
+            f"listening on {address} port {port}, not loopback: scrapes must carry the "
+            "bearer token, sent in clear over plain HTTP; keep the port on a network you trust"
+        )
+    return (
+        f"listening on {address} port {port}, not loopback: anyone who reaches it reads this "
+        "machine's GPU, CPU and memory telemetry and the server's PID, process and cgroup, "
+        "with no authentication; give --token-file FILE to require a bearer token"
+    )
 
 
 __all__ = [
     "COLLECTORS",
     "DEFAULT_BIND",
     "DEFAULT_PORT",
+    "IDLE_TIMEOUT_S",
     "AgentExposition",
     "AgentServer",
     "Collector",
     "GpuCollector",
     "HostCollector",
     "InfoCollector",
+    "exposure_warning",
 ]

@@ -62,6 +62,10 @@ class WarnOnce:
         self._pending.append(message)
         log.warning(message)
 
+    def said(self, key: str) -> None:
+        """Count `key` as said: its news went out another way (a source's opening warning)."""
+        self._seen.add(key)
+
     def drain(self) -> list[str]:
         pending, self._pending = self._pending, []
         return pending
@@ -103,15 +107,21 @@ class SourcePlace:
 
     `place`: `server` or `client` (`unknown` when the run did not decide where its
     target is); `host`: that machine's name; `parts`: the place of a part of the
-    series' fields that differs (`loadkit.rundir.schema.SERIES_PARTS`).
+    series' fields that differs (`loadkit.rundir.schema.SERIES_PARTS`);
+    `scraped_from`: a scraped series' exporters, family -> URL (credentials stripped),
+    the manifest's `sources[].scraped_from`.
     """
 
     place: str
     host: str | None
     parts: Mapping[str, str] = field(default_factory=dict)
+    scraped_from: Mapping[str, str] = field(default_factory=dict)
 
     def to_manifest(self) -> dict[str, Any]:
-        return {"place": self.place, "host": self.host, "parts": dict(self.parts)}
+        out = {"place": self.place, "host": self.host, "parts": dict(self.parts)}
+        if self.scraped_from:
+            out["scraped_from"] = dict(self.scraped_from)
+        return out
 
 
 def this_machine(options: SamplerOptions, **parts: str) -> SourcePlace:

@@ -21,7 +21,11 @@ a sampler of this machine that would write the same series writes
 
 An exporter that cannot be read at the start is one warning line (the series is
 missing when none of its exporters answers); one that stops answering mid-run
-is one warning, and the run goes on while it is retried every tick.
+is one warning, and the run goes on while it is retried every tick. A scrape
+reads at most `MAX_RESPONSE_BYTES` and gives up on an answer not complete within
+most of one interval (`scrape_deadline_s`); either is one warning per exporter
+(`loadkit.telemetry.http.read_limited`). The manifest records each scraped
+series' URLs, credentials stripped (`sources[].scraped_from`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from loadkit.endpoint import HTTP_SCHEMES, parse_endpoint
+from loadkit.endpoint import HTTP_SCHEMES, parse_endpoint, without_credentials
 from loadkit.errors import UsageError
 from loadkit.telemetry.base import (
     Row,
@@ -46,7 +50,14 @@ from loadkit.telemetry.base import (
     the_server,
 )
 from loadkit.telemetry.gpu import DEFAULT_GPU_INTERVAL_S
-from loadkit.telemetry.http import HttpGetError, KeepAliveGetter
+from loadkit.telemetry.http import (
+    MAX_RESPONSE_BYTES,
+    HttpGetError,
+    KeepAliveGetter,
+    ResponseLimitError,
+    bearer_header,
+    read_bearer_token,
+)
 from loadkit.telemetry.prometheus.families import (
     AGENT_GPU,
     AGENT_HOST,
@@ -64,6 +75,11 @@ from loadkit.telemetry.prometheus.families import (
 )
 
 DEFAULT_SCRAPE_INTERVAL_S = 1.0
+# A scrape's whole answer must come within most of its interval (it must not hold the
+# next tick), and never take longer than this, whatever the interval.
+SCRAPE_DEADLINE_MAX_S = 2.0
+# ... nor be given less than this (a page of a few MiB over a slow link, at 10 Hz).
+SCRAPE_DEADLINE_MIN_S = 0.5
 # The series a scrape may fill: the server machine's (Triton's own counters come from
 # its statistics API and --triton-metrics).
 SCRAPE_SERIES = (SERIES_GPU, SERIES_HOST)
@@ -88,6 +104,9 @@ class ScrapeTarget:
     match: Mapping[str, str] = field(default_factory=dict)
     # Added by loadkit, not asked for (Triton's nv_gpu_* on --triton-metrics).
     implicit: bool = False
+    # The file of the bearer token it asks for (`--agent-token-file`); the token itself
+    # is read where it is sent, never carried in a sampler's options.
+    token_file: str | None = None
 
     @property
     def series(self) -> str:
@@ -95,7 +114,9 @@ class ScrapeTarget:
 
     def describe(self) -> str:
         labels = ",".join(f'{k}="{v}"' for k, v in self.match.items())
-        return f"{self.family} {self.url}" + (f"{{{labels}}}" if labels else "")
+        return f"{self.family} {without_credentials(self.url)}" + (
+            f"{{{labels}}}" if labels else ""
+        )
 
     def to_option(self) -> dict[str, Any]:
         return {
@@ -103,13 +124,23 @@ class ScrapeTarget:
             "url": self.url,
             "match": dict(self.match),
             "implicit": self.implicit,
+            "token_file": self.token_file,
         }
 
     @classmethod
     def from_option(cls, raw: Mapping[str, Any]) -> ScrapeTarget:
         return cls(
-            raw["family"], raw["url"], dict(raw.get("match") or {}), raw.get("implicit", False)
+            raw["family"],
+            raw["url"],
+            dict(raw.get("match") or {}),
+            raw.get("implicit", False),
+            raw.get("token_file"),
         )
+
+    def headers(self) -> dict[str, str]:
+        """The headers every GET sends: its bearer token, read from its file now (ValueError
+        saying why when that file cannot be read)."""
+        return bearer_header(read_bearer_token(self.token_file) if self.token_file else None)
 
 
 def _families_hint() -> str:
@@ -164,9 +195,10 @@ def _matchers(text: str, whole: str) -> dict[str, str]:
     return out
 
 
-def parse_agent(url: str) -> list[ScrapeTarget]:
+def parse_agent(url: str, token_file: str | None = None) -> list[ScrapeTarget]:
     """`--agent URL`: the agent's GPU and host collectors, each its own scrape target
-    (`?collect[]=`), so the GPU can be read at 10 Hz and the host every second."""
+    (`?collect[]=`), so the GPU can be read at 10 Hz and the host every second;
+    `token_file`: its bearer token's file (`--agent-token-file`)."""
     endpoint = parse_endpoint(url, "--agent", HTTP_SCHEMES, "http")
     if "?" in url or "{" in url:
         raise UsageError(
@@ -177,12 +209,14 @@ def parse_agent(url: str) -> list[ScrapeTarget]:
     if not endpoint.path.strip("/"):
         base = base.rstrip("/") + "/metrics"
     return [
-        ScrapeTarget(family, f"{base}?collect[]={collector}")
+        ScrapeTarget(family, f"{base}?collect[]={collector}", token_file=token_file)
         for family, collector in ((AGENT_GPU.name, "gpu"), (AGENT_HOST.name, "host"))
     ]
 
 
-def parse_scrapes(items: Sequence[str], agents: Sequence[str] = ()) -> list[ScrapeTarget]:
+def parse_scrapes(
+    items: Sequence[str], agents: Sequence[str] = (), agent_token_file: str | None = None
+) -> list[ScrapeTarget]:
     """Every `--scrape` and `--agent` of a command line: each family once, one GPU exporter.
 
     The agent's targets come first: where an exporter fills the same host field, the
@@ -194,7 +228,16 @@ def parse_scrapes(items: Sequence[str], agents: Sequence[str] = ()) -> list[Scra
             "--agent given twice: one server host per run",
             hint="each agent serves its own host; run one load test per server",
         )
-    targets = [t for url in agents for t in parse_agent(url)]
+    if agent_token_file is not None:
+        if not agents:
+            raise UsageError(
+                "--agent-token-file without --agent", hint="e.g. --agent http://gpu-host:9477"
+            )
+        try:
+            read_bearer_token(agent_token_file)  # now, not when the run has started
+        except ValueError as exc:
+            raise UsageError(f"--agent-token-file {exc}", hint=_TOKEN_HINT) from None
+    targets = [t for url in agents for t in parse_agent(url, agent_token_file)]
     targets += [parse_scrape(item) for item in items]
     seen: set[str] = set()
     for target in targets:
@@ -218,16 +261,24 @@ def parse_scrapes(items: Sequence[str], agents: Sequence[str] = ()) -> list[Scra
     return targets
 
 
+_TOKEN_HINT = "the file the agent's --token-file reads: the token, on one line"
+
+
 # --- the sampler -----------------------------------------------------------------------
+def scrape_deadline_s(interval_s: float) -> float:
+    """The most one scrape's whole answer may take: most of one interval, within bounds."""
+    return max(SCRAPE_DEADLINE_MIN_S, min(SCRAPE_DEADLINE_MAX_S, 0.8 * interval_s))
+
+
 class _Exporter:
     """One exporter's connection, its last scrape (for rates) and whether it answered."""
 
-    def __init__(self, target: ScrapeTarget, timeout_s: float) -> None:
+    def __init__(self, target: ScrapeTarget, timeout_s: float, max_bytes: int) -> None:
         self.target = target
         self.family = SCRAPE_FAMILIES[target.family]
         # KeepAliveGetter keeps a URL's path; the query (the agent's `collect[]`) goes per GET.
         base, _, query = target.url.partition("?")
-        self.http = KeepAliveGetter(base, timeout_s=timeout_s)
+        self.http = KeepAliveGetter(base, timeout_s=timeout_s, max_bytes=max_bytes)
         self.query = f"?{query}" if query else ""
         self.previous: Scrape | None = None
 
@@ -246,18 +297,30 @@ class _Exporter:
 class ScrapeSampler:
     """Scrapes the exporters of one series every tick; rows for `telemetry/<series>.jsonl`."""
 
-    def __init__(self, series: str, targets: Sequence[ScrapeTarget], interval_s: float) -> None:
+    def __init__(
+        self,
+        series: str,
+        targets: Sequence[ScrapeTarget],
+        interval_s: float,
+        *,
+        deadline_s: float | None = None,
+        max_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
         self.source = series
         self.series = series
-        # A scrape must not hold the next tick: at most most of one interval.
-        timeout_s = max(0.5, min(2.0, 0.8 * interval_s))
-        self.exporters = [_Exporter(t, timeout_s) for t in targets]
+        # A scrape must not hold the next tick.
+        self.deadline_s = scrape_deadline_s(interval_s) if deadline_s is None else deadline_s
+        self.exporters = [_Exporter(t, self.deadline_s, max_bytes) for t in targets]
         self._warn = WarnOnce()
 
     def open(self) -> None:
         """One scrape of each: unavailable when none answers with its family's metrics."""
         failed: list[str] = []
         for exporter in self.exporters:
+            try:
+                exporter.http.headers.update(exporter.target.headers())
+            except ValueError as exc:
+                raise SourceUnavailable(f"--agent-token-file {exc}", hint=_TOKEN_HINT) from None
             why = self._first_scrape(exporter)
             if why is not None:
                 failed.append(why)
@@ -274,10 +337,22 @@ class ScrapeSampler:
         try:
             # Also the baseline of the first tick's rates.
             rows = exporter.rows(time.time_ns())
+        except ResponseLimitError as exc:
+            self._warn.said(_limit_key(exporter, exc))  # said now: later ticks say it no more
+            return f"{target.describe()}: {exc}"
         except HttpGetError as exc:
+            agent = without_credentials(target.url.partition("?")[0])
+            if _is_agent(target) and exc.kind == "http_401":
+                why = (
+                    "the token in --agent-token-file is not the one its --token-file holds"
+                    if target.token_file
+                    else "it asks for a bearer token: give --agent-token-file FILE, the file "
+                    "its --token-file reads"
+                )
+                return f"loadkit agent {agent} refused the scrape (HTTP 401): {why}"
             if _is_agent(target):
                 return (
-                    f"loadkit agent {target.url.partition('?')[0]} not answering ({exc}): no "
+                    f"loadkit agent {agent} not answering ({exc}): no "
                     "server GPU or host series from it (is `loadkit agent` running there, "
                     "bound with --bind to an address this machine reaches?)"
                 )
@@ -301,6 +376,10 @@ class ScrapeSampler:
             target = exporter.target
             try:
                 rows = exporter.rows(t_ns)
+            except ResponseLimitError as exc:
+                self._warn_limit(exporter, exc)
+                exporter.previous = None
+                continue
             except HttpGetError as exc:
                 self._warn.warn(
                     f"down:{target.family}",
@@ -324,6 +403,14 @@ class ScrapeSampler:
                     f for f in (into.get("scraped_from"), target.family) if f
                 )
         return [merged[key] for key in sorted(merged, key=str)]
+
+    def _warn_limit(self, exporter: _Exporter, exc: ResponseLimitError) -> None:
+        """One warning per exporter and limit: its rows are missing while it stays over it."""
+        self._warn.warn(
+            _limit_key(exporter, exc),
+            f"{exporter.target.describe()}: {exc}; its rows are missing while it stays so, "
+            "retried every tick",
+        )
 
     def _rows_of(self, exporter: _Exporter, rows: dict[Key, Row]) -> dict[Key, Row]:
         """The rows to write, by the series' own key: every GPU; one machine or container."""
@@ -360,6 +447,10 @@ class ScrapeSampler:
 
     def drain_warnings(self) -> list[str]:
         return self._warn.drain()
+
+
+def _limit_key(exporter: _Exporter, exc: ResponseLimitError) -> str:
+    return f"limit:{exc.kind}:{exporter.target.family}"
 
 
 def _label(key: Key, family: ExporterFamily) -> str:
@@ -399,10 +490,14 @@ class AgentInfo:
     gpu: str | None
 
 
-def read_agent_info(url: str, timeout_s: float = 2.0) -> AgentInfo | None:
+def read_agent_info(target: ScrapeTarget, timeout_s: float = 2.0) -> AgentInfo | None:
     """One GET of the agent's `info` collector: its `AgentInfo`; None if it does not say."""
-    base = url.partition("?")[0]
-    http = KeepAliveGetter(base, timeout_s=timeout_s)
+    try:
+        http = KeepAliveGetter(
+            target.url.partition("?")[0], timeout_s=timeout_s, headers=target.headers()
+        )
+    except ValueError:  # its token file: said when its sampler opens
+        return None
     try:
         samples = parse_exposition(http.get("?collect[]=info").decode("utf-8", errors="replace"))
     except (HttpGetError, ValueError):
@@ -431,9 +526,9 @@ def plan_scrapes(options: SamplerOptions, interval_s: float) -> tuple[SourcePlan
     does not answer is one warning, from its host series' sampler, as any exporter's.
     """
     targets = scrape_targets(options)
-    agent_url = next((t.url for t in targets if _is_agent(t)), None)
-    agent = read_agent_info(agent_url) if agent_url is not None else None
-    if agent_url is not None and (agent is None or agent.gpu == "none"):
+    agent_target = next((t for t in targets if _is_agent(t)), None)
+    agent = read_agent_info(agent_target) if agent_target is not None else None
+    if agent_target is not None and (agent is None or agent.gpu == "none"):
         # No GPU there, or no answer: its host sampler says so, once, when it opens.
         targets = [t for t in targets if t.family != AGENT_GPU.name]
         targets = scrape_targets(replace(options, extra={SCRAPE_OPTION: targets}))
@@ -446,6 +541,7 @@ def plan_scrapes(options: SamplerOptions, interval_s: float) -> tuple[SourcePlan
         from_agent = any(_is_agent(t) for t in mine)
         if from_agent and agent is not None and agent.host:
             place = replace(place, host=agent.host)
+        place = replace(place, scraped_from={t.family: without_credentials(t.url) for t in mine})
         every = DEFAULT_GPU_INTERVAL_S if from_agent and series == SERIES_GPU else interval_s
         spec = SamplerSpec(series, "scrape", every, {"targets": [t.to_option() for t in mine]})
         plans.append(SourcePlan(spec, place=place, holds_series=True))

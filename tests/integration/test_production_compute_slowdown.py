@@ -40,7 +40,8 @@ SLOW_S = 2.5
 # alpha (p = 0.0059 against 0.0025 in one CI run): the period was found or not by chance.
 LOAD_S = 60.0
 THREADS = 4
-STEPS = ("1s", "2s")
+# The default step (the scrape interval: 1 s here, issue 54) and a 2 s step.
+STEPS = ("default", "2s")
 RATE_PER_THREAD = 25.0  # requests/s each: 100/s in all, each thread paced on a schedule
 
 
@@ -122,14 +123,15 @@ def test_a_production_window_names_the_models_own_compute_slowdown_first(tmp_pat
             assert not failed, failed[:3]
             assert len(sent) > 0.8 * THREADS * RATE_PER_THREAD * LOAD_S
             time.sleep(2.0)  # the last scrapes of the window
-            # WHEN Prometheus's window of that traffic is imported, at a 1 s step and at a
-            # 2 s step (where the slow spells and their margins leave no calm baseline
-            # between them), and analyzed
+            # WHEN Prometheus's window of that traffic is imported, at the default step (the
+            # scrape interval, 1 s) and at a 2 s step (where the slow spells and their
+            # margins leave no calm baseline between them), and analyzed
             for step in STEPS:
+                given = [] if step == "default" else ["--step", step]
                 imported = subprocess.run(
                     [
                         sys.executable, "-m", "loadkit.cli", "import", "--prometheus", prometheus,
-                        "--window", f"{end - start:.1f}s", "--end", f"{end:.3f}", "--step", step,
+                        "--window", f"{end - start:.1f}s", "--end", f"{end:.3f}", *given,
                         "--selector", '{job="triton"}', "--selector", 'node={job="node"}',
                         "--out", str(tmp_path), "--run-id", f"prod-{step}",
                     ],
@@ -139,8 +141,12 @@ def test_a_production_window_names_the_models_own_compute_slowdown_first(tmp_pat
     # THEN at either step the first finding is the model's own compute
     for step in STEPS:
         _names_the_compute_slowdown_first(analyze_run(load_run(tmp_path / f"prod-{step}")))
-    # ... every PERIOD_S (from the 1 s steps)
-    analysis = analyze_run(load_run(tmp_path / "prod-1s"))
+    # ... every PERIOD_S, at the step the data chose: the scrape interval
+    default = load_run(tmp_path / "prod-default")
+    assert default.info.production is not None
+    assert default.info.production["step_s"] == 1.0, default.info.production
+    assert default.info.production["step_reason"] == "the scrape interval"
+    analysis = analyze_run(default)
     period = run_period(analysis.periodicity, analysis.primary)
     assert period is not None and period.period_s == pytest.approx(PERIOD_S, rel=0.1), (
         analysis.periodicity

@@ -3,7 +3,9 @@
 Prometheus refuses a range query of more than 11,000 points per series, so a
 long window is asked for in chunks of at most `MAX_POINTS` steps and the
 pieces joined. An unreachable or refusing server is a `TargetError` (exit 3)
-in one line; the token is only ever put in a request header.
+in one line; the token is only ever put in a request header. Each answer is read
+within `DEADLINE_S` and at most `MAX_RESPONSE_BYTES` (`loadkit.telemetry.http.read_limited`):
+one over either is a `TargetError` that says which.
 """
 
 from __future__ import annotations
@@ -19,11 +21,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadkit.errors import TargetError, UsageError
+from loadkit.telemetry.http import ResponseLimitError, monotonic, read_limited
 from loadkit.telemetry.prometheus.families import PromSeries
 
 NS = 1_000_000_000
 MAX_POINTS = 10_000  # under Prometheus's 11,000 points per series
-TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0  # the most one read waits with nothing arriving
+# The most one answer takes in all: a long range on a busy Prometheus, never one that drips.
+DEADLINE_S = 120.0
+# The most one answer holds: a chunk is at most 10,000 points (~30 bytes each in JSON) per
+# series, so this holds ~400 series of a full chunk, more than any selector here asks for.
+MAX_RESPONSE_BYTES = 128 * 1024 * 1024
 
 Opener = Callable[[urllib.request.Request, float], Any]
 
@@ -41,6 +49,8 @@ class PrometheusClient:
     password: str | None = None
     token: str | None = None
     timeout_s: float = TIMEOUT_S
+    deadline_s: float = DEADLINE_S
+    max_bytes: int = MAX_RESPONSE_BYTES
     opener: Opener = _default_open
     requests_made: int = 0
 
@@ -66,9 +76,21 @@ class PrometheusClient:
         url = f"{self.base_url}{path}?{urllib.parse.urlencode(params)}"
         request = urllib.request.Request(url, headers=self._headers(), method="GET")
         self.requests_made += 1
+        deadline = monotonic() + self.deadline_s
         try:
             with self.opener(request, self.timeout_s) as response:
-                body = response.read()
+                body = read_limited(
+                    response,
+                    what=f"Prometheus at {self.base_url}",
+                    max_bytes=self.max_bytes,
+                    deadline=deadline,
+                    within_s=self.deadline_s,
+                )
+        except ResponseLimitError as exc:
+            raise TargetError(
+                str(exc),
+                hint="ask for less at a time: a shorter --window, a larger --step, a narrower --selector",
+            ) from None
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
                 raise TargetError(

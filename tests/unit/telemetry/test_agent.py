@@ -12,6 +12,7 @@ import http.client
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 from prometheus_client.registry import Collector
 
 from loadkit.cli import build_parser, main
+from loadkit.commands import agent as agent_command
 from loadkit.errors import UsageError
 from loadkit.rundir.schema import (
     LOCATION_OTHER_HOST,
@@ -32,6 +34,7 @@ from loadkit.rundir.schema import (
 from loadkit.telemetry import fake_nvml
 from loadkit.telemetry.agent import (
     DEFAULT_BIND,
+    IDLE_TIMEOUT_S,
     AgentExposition,
     AgentServer,
     GpuCollector,
@@ -379,3 +382,144 @@ def test_a_run_scrapes_the_agents_gpu_over_http_into_gpu_rows(sim_gpu: GpuSample
     assert row["gpu"] == 0 and row["scraped_from"] == "agent-gpu"
     assert row["reason_hw_thermal"] is True and row["temp_slowdown_c"] is not None
     assert row_problems(row, GpuRow) == ["not in GpuRow: scraped_from"]  # said by every scrape
+
+
+# --- hardened for a long life: idle connections, a token, a bind beyond loopback ------
+def _host_agent(tmp_path: Path, **kw: Any) -> AgentServer:
+    """A started agent on 127.0.0.1 serving the fake host (and who it is)."""
+    proc, cg = fake_system(tmp_path, V1_CPU_STAT)
+    exposition = AgentExposition(
+        {
+            "info": InfoCollector("gpu-box", os.getpid(), "none"),
+            "host": HostCollector(
+                HostSampler(server_pid=os.getpid(), proc_root=proc, cgroup_root=cg),
+                warn=lambda m: None,
+            ),
+        }
+    )
+    server = AgentServer("127.0.0.1", 0, exposition, **kw)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _stop(server: AgentServer) -> None:
+    server.shutdown()
+    server.server_close()
+
+
+def _handler_threads() -> int:
+    return sum("process_request_thread" in t.name for t in threading.enumerate())
+
+
+def test_an_idle_keep_alive_connection_is_closed_and_its_thread_freed(tmp_path: Path) -> None:
+    server = _host_agent(tmp_path, idle_timeout_s=0.3)
+    before = _handler_threads()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
+        conn.request("GET", "/metrics?collect[]=info")
+        answer = conn.getresponse()
+        assert answer.status == 200 and answer.read()
+        assert _handler_threads() == before + 1  # kept alive: its thread waits for more
+        # WHEN the scraper sends nothing more
+        assert conn.sock is not None
+        started = time.monotonic()
+        assert conn.sock.recv(1) == b""  # THEN the agent closes the connection ...
+        assert 0.2 <= time.monotonic() - started < 2.0
+        deadline = time.monotonic() + 2.0
+        while _handler_threads() > before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _handler_threads() == before  # ... and its thread ends
+        conn.close()
+    finally:
+        _stop(server)
+
+
+def test_the_agents_idle_timeout_is_the_one_its_help_states() -> None:
+    assert (
+        IDLE_TIMEOUT_S == 30.0 and f"nothing for {IDLE_TIMEOUT_S:g} s" in agent_command.DESCRIPTION
+    )
+
+
+@pytest.mark.parametrize(
+    ("authorization", "status", "challenge"),
+    [
+        (None, 401, 'Bearer realm="loadkit agent"'),
+        ("Bearer not-the-token", 401, 'Bearer realm="loadkit agent", error="invalid_token"'),
+        ("Bearer s3cret-t0ken", 200, None),
+    ],
+    ids=["without", "wrong", "right"],
+)
+def test_an_agent_with_a_token_answers_only_requests_that_carry_it(
+    tmp_path: Path, authorization: str | None, status: int, challenge: str | None
+) -> None:
+    server = _host_agent(tmp_path, token="s3cret-t0ken")
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
+        headers = {"Authorization": authorization} if authorization else {}
+        conn.request("GET", "/metrics?collect[]=info", headers=headers)
+        answer = conn.getresponse()
+        body = answer.read().decode()
+        conn.close()
+    finally:
+        _stop(server)
+    assert answer.status == status
+    assert answer.getheader("WWW-Authenticate") == challenge
+    assert ("loadkit_agent_info" in body) == (status == 200)
+
+
+def test_a_run_sends_the_agents_token_from_agent_token_file(tmp_path: Path) -> None:
+    server = _host_agent(tmp_path, token="s3cret-t0ken")
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-t0ken\n")
+    try:
+        _, host = parse_scrapes([], [server.url], agent_token_file=str(token_file))
+        assert host.token_file == str(token_file)
+        assert "s3cret" not in str(host.to_option())  # a sampler's options hold no secret
+        sampler = ScrapeSampler("host", [host], 1.0)
+        sampler.open()
+        rows = sampler.sample(T)
+        sampler.close()
+        # AND without the token, the agent's refusal is one line that says what to give
+        _, bare = parse_agent(server.url)
+        with pytest.raises(SourceUnavailable, match="HTTP 401.*--agent-token-file"):
+            ScrapeSampler("host", [bare], 1.0).open()
+    finally:
+        _stop(server)
+    assert len(rows) == 1 and rows[0]["scraped_from"] == "agent-host"
+
+
+@pytest.mark.parametrize(
+    ("agents", "token_file", "message"),
+    [
+        ([], "token", "--agent-token-file without --agent"),
+        (["h:9477"], "missing", "--agent-token-file cannot read"),
+        (["h:9477"], "empty", "holds no token"),
+    ],
+)
+def test_an_agent_token_file_that_cannot_work_is_refused(
+    tmp_path: Path, agents: list[str], token_file: str, message: str
+) -> None:
+    (tmp_path / "token").write_text("t\n")
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(UsageError, match=message):
+        parse_scrapes([], agents, agent_token_file=str(tmp_path / token_file))
+
+
+def test_a_bind_beyond_loopback_warns_once_what_it_exposes() -> None:
+    said: list[str] = []
+    exposition = AgentExposition({"info": InfoCollector("gpu-box", None, "none")})
+    AgentServer("0.0.0.0", 0, exposition, warn=said.append).server_close()
+    AgentServer("127.0.0.1", 0, exposition, warn=said.append).server_close()
+    (line,) = said  # loopback says nothing
+    assert line.startswith("listening on 0.0.0.0 port ")
+    assert "not loopback" in line and "server's PID, process and cgroup" in line
+    assert "give --token-file FILE" in line and "\n" not in line
+    AgentServer("0.0.0.0", 0, exposition, token="t", warn=said.append).server_close()
+    assert "must carry the bearer token" in said[-1]
+
+
+def test_the_agent_command_refuses_a_token_file_it_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["agent", "--gpu", "none", "--token-file", str(tmp_path / "nope")]) == 2
+    assert "ERROR: --token-file cannot read" in capsys.readouterr().err

@@ -24,6 +24,7 @@ from loadkit.rundir.schema import (
     LOCATION_OTHER_HOST,
     PLACE_CLIENT,
     PLACE_SERVER,
+    Source,
     TargetLocation,
 )
 from loadkit.telemetry import supervisor
@@ -318,7 +319,8 @@ def test_a_scraped_series_holds_its_name_and_this_machines_copy_is_local(
         spec = plans[series].spec
         assert spec is not None and spec.kind == "scrape" and spec.interval_s == 1.0
         assert [t["family"] for t in spec.options["targets"]] == [family]
-        assert plans[series].place == SourcePlace(PLACE_SERVER, "198.18.0.2")
+        url = f"http://198.18.0.2:{9100 if family == 'node' else 9400}/metrics"
+        assert plans[series].place == SourcePlace(PLACE_SERVER, "198.18.0.2", {}, {family: url})
     # and this machine's host sampler writes `host-local`, a client series
     local = plans["host-local"]
     assert local.spec is not None and local.spec.source == "host-local"
@@ -332,12 +334,18 @@ def test_the_manifest_lists_the_scraped_series_as_the_servers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(supervisor, "_spawn_sampler", lambda spec, run_dir: _Process())
-    scrapes = parse_scrapes(["node=http://198.18.0.2:9100/metrics"])
+    scrapes = parse_scrapes(["node=http://scraper:s3cret@198.18.0.2:9100/metrics"])
     with SamplerSet.start(tmp_path, gpu="auto", target_location=REMOTE, scrape=scrapes) as samplers:
         info = samplers.manifest_info()
     by_name = {s["name"]: s for s in info["sources"]}
     assert by_name["host"]["file"] == "telemetry/host.jsonl"
     assert (by_name["host"]["place"], by_name["host"]["host"]) == (PLACE_SERVER, "198.18.0.2")
+    # AND where the series was measured: the exporter's URL, its credentials stripped
+    assert by_name["host"]["scraped_from"] == {"node": "http://198.18.0.2:9100/metrics"}
+    assert Source.from_dict(by_name["host"]).scraped_from == {
+        "node": "http://198.18.0.2:9100/metrics"
+    }
+    assert "scraped_from" not in by_name["host-local"]  # sampled here, not scraped
     assert by_name["host-local"]["file"] == "telemetry/host-local.jsonl"
     assert by_name["host-local"]["place"] == PLACE_CLIENT
     # the GPU of this load machine is still said to be not sampled (no GPU exporter given)
@@ -351,9 +359,11 @@ def test_tritons_gpu_metrics_feed_the_gpu_series_of_a_remote_target(tmp_path: Pa
     spec = plans["gpu"].spec
     assert spec is not None and spec.kind == "scrape"
     assert spec.options["targets"] == [
-        {"family": "triton-gpu", "url": metrics, "match": {}, "implicit": True}
+        {"family": "triton-gpu", "url": metrics, "match": {}, "implicit": True, "token_file": None}
     ]
-    assert plans["gpu"].place == SourcePlace(PLACE_SERVER, "198.18.0.2")
+    assert plans["gpu"].place == SourcePlace(
+        PLACE_SERVER, "198.18.0.2", {}, {"triton-gpu": metrics}
+    )
     # not for a local target (NVML reads the server's GPU), nor beside a GPU exporter
     assert _plans(tmp_path, LOCAL, gpu="none", metrics_url=metrics)["gpu"].spec is None
     dcgm = parse_scrapes(["dcgm=198.18.0.2:9400"])
