@@ -31,6 +31,10 @@ MIN_OCCUPANCY = 0.6  # share of cycles (between the first and last onset) that h
 RAYLEIGH_ALPHA = 5e-3
 CANDIDATES = 3
 REFINE_SPAN = 0.2  # search ±20 % around the candidate period
+# The shortest period a step resolves: onsets jitter by a step, so a period of a few steps
+# folds on noise. A 4 s slowdown every 12 s at a 5 s production step is 2.4 steps: said
+# as not resolvable there, never as absent (issue 54).
+RESOLVABLE_STEPS = 4
 
 
 def rayleigh_test(phases: np.ndarray) -> tuple[float, float]:
@@ -326,11 +330,27 @@ def detect_periodicity(
                     best = outcome
     if best is not None:
         return best
+    limit = _resolution_limit(window_s, starts)
     if not reasons:
-        return no("no candidate period in range")
+        return no(f"no candidate period in range{limit}")
     if closest is not None:
-        return no(f"no period confirmed; closest {closest[1]}", reasons)
-    return no(f"no period confirmed; {reasons[0]}", reasons)
+        return no(f"no period confirmed; closest {closest[1]}{limit}", reasons)
+    return no(f"no period confirmed; {reasons[0]}{limit}", reasons)
+
+
+def _resolution_limit(window_s: float, starts: np.ndarray) -> str:
+    """What a period test at this step cannot see, said beside "no period confirmed" so that
+    a period of a few steps reads as unresolved here, not as absent."""
+    shortest = RESOLVABLE_STEPS * window_s
+    gaps = np.diff(starts)
+    if len(gaps) >= MIN_EPISODES - 1 and float(np.median(gaps)) < shortest:
+        return (
+            f" (spike onsets about every {float(np.median(gaps)):.0f} s, under "
+            f"{RESOLVABLE_STEPS} steps of {window_s:g} s: not resolvable at this step)"
+        )
+    if window_s > 1.0:
+        return f" (a period under {shortest:g} s is not resolvable at a {window_s:g} s step)"
+    return ""
 
 
 def run_period(periodicity: Sequence[Periodicity], primary: str) -> Periodicity | None:

@@ -3,7 +3,7 @@ import re
 import numpy as np
 
 from loadkit.analysis.align import NS
-from loadkit.analysis.episodes import find_episodes
+from loadkit.analysis.episodes import baseline_windows_for, find_episodes
 from loadkit.analysis.periodicity import detect_periodicity, rayleigh_test
 
 T0 = 1_700_000_000 * NS
@@ -113,3 +113,24 @@ def test_fft_autocorrelation_equals_the_direct_sum():
     centered = x - x.mean()
     direct = np.correlate(centered, centered, mode="full")[x.size - 1 :] / centered.dot(centered)
     np.testing.assert_allclose(autocorrelation(x), direct, rtol=0, atol=1e-12)
+
+
+def test_spikes_a_few_steps_apart_that_fold_on_no_period_are_said_unresolvable_not_absent():
+    # GIVEN spikes two to four 5 s steps apart that fold on no period at this step (a 4 s
+    # slowdown every 12 s seen at a 5 s step jitters by a step: issue 54)
+    rng = np.random.default_rng(4)
+    coarse = 10 + rng.normal(0, 0.3, 48)
+    at = 1
+    while at < len(coarse):
+        coarse[at] = 22 + rng.normal(0, 1)
+        at += int(rng.integers(2, 5))
+    starts = T0 + np.arange(len(coarse), dtype=np.int64) * 5 * NS
+    episodes, _ = find_episodes(
+        list(coarse), starts, 5.0, T0, "p99", baseline_windows=baseline_windows_for(5.0)
+    )
+    assert len(episodes) >= 4, episodes
+    # WHEN a period is looked for at that step
+    result = detect_periodicity(list(coarse), 5.0, episodes, "p99")
+    # THEN none is claimed, and the reason says the step cannot resolve one that short
+    assert not result.periodic, result.reason
+    assert "under 4 steps of 5 s: not resolvable at this step" in result.reason, result.reason
