@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "watch": "loadkit.commands.watch",
     "agent": "loadkit.commands.agent",
     "import": "loadkit.commands.import_",
+    "oncall": "loadkit.commands.oncall",
     "analyze": "loadkit.commands.analyze",
     "report": "loadkit.commands.report",
     "compare": "loadkit.commands.compare",

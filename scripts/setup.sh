@@ -2,7 +2,8 @@
 # One-time set-up used by `make demo` and `make test`: a virtual environment with
 # loadkit and its dependencies (including the real tritonserver binary from the
 # nvidia-pytriton wheel), plus Debian's Chromium for the report screenshot test and
-# Debian's Prometheus + node-exporter for the `import --prometheus` test (--with-prometheus).
+# Debian's Prometheus, node-exporter and Alertmanager for the `import --prometheus` and
+# `oncall` tests (--with-prometheus).
 # What is missing is installed side by side (Debian's packages, MLServer's venv and
 # loadkit's venv at once): on a fresh 2-core machine the three mostly wait on the network.
 set -euo pipefail
@@ -28,7 +29,8 @@ for arg in "$@"; do
 done
 
 # Debian's packages the integration tests start: chromium (the report screenshot test),
-# prometheus and prometheus-node-exporter (the `import --prometheus` test).
+# prometheus and prometheus-node-exporter (the `import --prometheus` test), and
+# prometheus-alertmanager (the `oncall` test).
 debian=()
 if [ "$with_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   debian+=(chromium)
@@ -36,6 +38,7 @@ fi
 if [ "$with_prometheus" = 1 ]; then
   command -v prometheus >/dev/null 2>&1 || debian+=(prometheus)
   command -v prometheus-node-exporter >/dev/null 2>&1 || debian+=(prometheus-node-exporter)
+  command -v prometheus-alertmanager >/dev/null 2>&1 || debian+=(prometheus-alertmanager)
 fi
 
 install_debian() {

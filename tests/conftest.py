@@ -41,6 +41,7 @@ SLOWEST_FIRST = (  # measured in session 21 (module's seconds in pass 1, fresh c
     "test_prometheus_import",  # 75
     "test_distributed",  # 70
     "test_production_compute_slowdown",  # 67
+    "test_oncall",  # 64 (alone, session 21)
     "test_telemetry",  # 62
     "test_agent",  # 49
     "test_lifeline",  # 44

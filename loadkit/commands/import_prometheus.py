@@ -1,8 +1,9 @@
 """`loadkit import --prometheus URL --window 6h`: a window of production's Prometheus as a run.
 
 Pulls the window through the exporter families (loadkit/telemetry/prometheus/)
-and writes a run directory of kind `production` with the RunWriter, so
-`loadkit analyze` and `loadkit report` read it like any other run.
+and writes a run directory of kind `production` (`loadkit.production_window`,
+which `loadkit oncall` calls too), so `loadkit analyze` and `loadkit report`
+read it like any other run.
 """
 
 from __future__ import annotations
@@ -15,23 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from loadkit.errors import UsageError
-from loadkit.recording import Recording, imported_environment
+from loadkit.production_window import import_window, parse_selectors
+from loadkit.recording import Recording
 from loadkit.rundir import JsonlWriter
 from loadkit.rundir.layout import MANIFEST_FILE, TELEMETRY_DIR
 from loadkit.rundir.schema import LOCAL_SUFFIX, PLACE_SERVER, Manifest
-from loadkit.rundir.writer import default_run_id
 from loadkit.telemetry.prometheus.client import NS, PrometheusClient
 from loadkit.telemetry.prometheus.families import FAMILIES
 from loadkit.telemetry.prometheus.window import (
     DEFAULT_STEP_S,
     MAX_STEPS,
-    PulledWindow,
-    Selectors,
     choose_step,
     detect_scrape_interval,
-    parse_selector,
     pull_server_series,
-    pull_window,
 )
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -85,22 +82,6 @@ def _secret(path: Path | None) -> str | None:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def _selectors(raw: list[str]) -> Selectors:
-    common: list[str] = []
-    by_family: dict[str, str] = {}
-    known = {*FAMILIES, "app-histogram"}
-    for item in raw:
-        name, sep, rest = item.partition("=")
-        if sep and name.strip() in known and rest.strip().startswith("{"):
-            family = name.strip()
-            by_family[family] = ",".join(
-                m for m in (by_family.get(family, ""), parse_selector(rest)) if m
-            )
-        else:
-            common.append(parse_selector(item))
-    return Selectors(",".join(m for m in common if m), by_family)
-
-
 def _window(args: argparse.Namespace, parse_time: Any) -> tuple[int, int]:
     if args.window is None:
         raise UsageError("--prometheus needs --window (e.g. --window 6h)")
@@ -129,20 +110,22 @@ def run_prometheus(args: argparse.Namespace, parse_time: Any) -> int:
     if args.run is not None:
         return join_run(args)
     start_ns, end_ns = _window(args, parse_time)
-    client = _client(args)
-    pulled = pull_window(
-        client,
-        start_ns=start_ns,
-        end_ns=end_ns,
-        step_s=args.step,
-        selectors=_selectors(args.selector),
+    imported = import_window(
+        _client(args),
+        start_ns,
+        end_ns,
+        parse_selectors(args.selector),
+        args.out,
+        args.run_id,
         model=args.model,
+        step_s=args.step,
         latency_histogram=args.latency_histogram,
+        command_line=_command_line(),
     )
-    run_dir = _write(args, pulled, client, start_ns, end_ns)
-    for note in pulled.notes:
+    print(imported.summary, file=sys.stderr)
+    for note in imported.notes:
         print(f"note: {note}", file=sys.stderr)
-    print(f"next: loadkit analyze {run_dir}", file=sys.stderr)
+    print(f"next: loadkit analyze {imported.path}", file=sys.stderr)
     return 0
 
 
@@ -152,79 +135,6 @@ def _command_line() -> list[str]:
     for arg in sys.argv:
         out.append(re.sub(r"(?i)(://[^/@:]+:)[^/@]+@", r"\1***@", arg))
     return out
-
-
-def _write(
-    args: argparse.Namespace,
-    pulled: PulledWindow,
-    client: PrometheusClient,
-    start_ns: int,
-    end_ns: int,
-) -> Path:
-    info = client.build_info()
-    recording = Recording.create(
-        out_dir=args.out,
-        run_id=args.run_id or default_run_id("production", end_ns),
-        kind="production",
-        scenario=None,
-        target={
-            "url": re.sub(r"(://)[^/@]+@", r"\1", client.base_url),
-            "protocol": "prometheus",
-            "model": pulled.model,
-            "embedded": False,
-            "requests": None,
-        },
-        environment=imported_environment(),
-        command_line=_command_line(),
-    )
-    writer = recording.writer
-    for series, rows in pulled.rows.items():
-        out = writer.series(series)
-        for row in rows:
-            out.write(row)
-        recording.add_source(
-            {
-                "name": series,
-                "file": f"{TELEMETRY_DIR}/{series}.jsonl",
-                "interval_s": pulled.step_s,
-                "simulated": False,
-                "warning": None,
-                "imported_from": {"format": "prometheus", "path": client.base_url},
-                "unknown_fields": [],
-                # The server's own exporters, scraped by production's Prometheus.
-                "place": PLACE_SERVER,
-                "host": None,
-                "parts": {},
-            }
-        )
-    for note in pulled.notes:
-        recording.add_note(note)
-    recording.update(
-        start_ns=start_ns,
-        production={
-            "prometheus": writer.manifest["target"]["url"],
-            "prometheus_version": info.get("version"),
-            "window_start_ns": start_ns,
-            "window_end_ns": end_ns,
-            "step_s": pulled.step_s,
-            "step_reason": pulled.step_reason,
-            "chunks": pulled.chunks,
-            "scrape_interval_s": pulled.scrape_interval_s,
-            "rate_window": pulled.rate_window,
-            "latency_source": pulled.latency_source,
-            "model": pulled.model,
-            "series": pulled.sources,
-            "requests_made": client.requests_made,
-        },
-    )
-    recording.finish("complete")
-    recording.update(end_ns=end_ns)  # the window's end, not the time of the import
-    print(
-        f"{client.base_url}: {sum(len(r) for r in pulled.rows.values())} rows "
-        f"({', '.join(f'{k} {len(v)}' for k, v in pulled.rows.items())}) -> {writer.path}",
-        file=sys.stderr,
-    )
-    return writer.path
 
 
 # --- a load test's own window, joined: --run DIR -----------------------------------------
@@ -247,7 +157,7 @@ def join_run(args: argparse.Namespace) -> int:
             hint="a run killed before it finished has no end: import a --window instead",
         )
     client = _client(args)
-    selectors = _selectors(args.selector)
+    selectors = parse_selectors(args.selector)
     scrape = (
         None
         if args.step is not None

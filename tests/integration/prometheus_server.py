@@ -60,8 +60,12 @@ def stop(proc: subprocess.Popen[Any]) -> None:
 
 
 @contextmanager
-def running_prometheus(tmp_path: Path, triton_metrics_url: str) -> Iterator[str]:
-    """Prometheus (and a node exporter) scraping Triton every second; yields its URL."""
+def running_prometheus(
+    tmp_path: Path, triton_metrics_url: str, extra_config: str = ""
+) -> Iterator[str]:
+    """Prometheus (and a node exporter) scraping Triton every second; yields its URL.
+
+    `extra_config`: more top-level keys of prometheus.yml (`rule_files`, `alerting`)."""
     assert PROMETHEUS is not None and NODE_EXPORTER is not None
     node_port, prom_port = free_port(), free_port()
     with ExitStack() as stack:
@@ -81,6 +85,7 @@ def running_prometheus(tmp_path: Path, triton_metrics_url: str) -> Iterator[str]
             f"  - job_name: triton\n    static_configs: [{{targets: ['{triton_target}']}}]\n"
             f"  - job_name: node\n    static_configs: [{{targets: ['127.0.0.1:{node_port}']}}]\n"
             f"  - job_name: prometheus\n    static_configs: [{{targets: ['127.0.0.1:{prom_port}']}}]\n"
+            + extra_config
         )
         prom = lifeline.popen(
             [
