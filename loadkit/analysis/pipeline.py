@@ -720,12 +720,17 @@ def attribute(aligned: Aligned, detected: Detected) -> Attributed:
         places=series_places(aligned.run.info),
     )
     episodes = detected.episodes
-    attribution = attr.attribute(signals, detected.episodes_for_primary, episodes)
-    if production.is_production(aligned.run):
-        attribution.checks = production.metrics_only_checks(attribution.checks)
-        attribution.findings = [
-            f for f in attribution.findings if causes.get(f.cause).per_request is None
-        ]
+    tested, untestable = (
+        production.metrics_only(causes.REGISTRY)
+        if production.is_production(aligned.run)
+        else (list(causes.REGISTRY), [])
+    )
+    attribution = attr.attribute(signals, detected.episodes_for_primary, episodes, tested)
+    if untestable:  # in the registry's order, as every run lists its checks
+        order = {cause_id: i for i, cause_id in enumerate(causes.CAUSE_IDS)}
+        attribution.checks = sorted(
+            [*attribution.checks, *untestable], key=lambda c: order.get(c.cause, len(order))
+        )
     # Where the time goes, per window, and which part grew in each episode.
     base = attr.baseline_for(
         grid.n,

@@ -11,6 +11,7 @@ connection churn) are not assessable from metrics and say so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -148,19 +149,24 @@ def _source_notes(info: dict[str, Any], step_s: float, span_s: float) -> list[st
     return parts
 
 
-def metrics_only_checks(checks: list[CauseCheck]) -> list[CauseCheck]:
-    """Causes that need per-request data (`Cause.per_request`) become not assessable, with why;
-    the rest unchanged."""
-    out = []
-    for check in checks:
-        cause = causes.BY_ID.get(check.cause)
-        what = cause.per_request if cause is not None else None
-        if what is not None:
-            check = replace(
-                check, status="not_assessable", reason=NOT_FROM_METRICS.format(what=what)
-            )
-        out.append(check)
-    return out
+def metrics_only(
+    registry: Sequence[causes.Cause],
+) -> tuple[list[causes.Cause], list[CauseCheck]]:
+    """The causes a window of metrics can test, and a not-assessable check (with why) for each
+    that needs per-request data (`Cause.per_request`).
+
+    Those are left out of attribution itself, not dropped after it: scored on a host's
+    counters (node-exporter's TCP opens, which other clients move too) a churn finding
+    ranked the compute residual after it and lowered it to weak, and then vanished from
+    the findings, leaving "Ranked after Connection churn" on a finding that named no churn.
+    """
+    tested = [c for c in registry if c.per_request is None]
+    untestable = [
+        CauseCheck(c.id, "not_assessable", NOT_FROM_METRICS.format(what=c.per_request))
+        for c in registry
+        if c.per_request is not None
+    ]
+    return tested, untestable
 
 
 def latency_source(run: Run) -> str:

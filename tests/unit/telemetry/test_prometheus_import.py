@@ -539,3 +539,32 @@ def test_the_step_follows_the_scrape_interval_coarsened_only_for_memory() -> Non
     step, why = choose_step(None, 1.0, 24 * hours)
     assert step == 4.0 and why.startswith("the scrape interval, coarsened")
     assert choose_step(None, None, hours) == (5.0, "the scrape interval unknown: no `up` samples")
+
+
+def test_a_cause_that_needs_per_request_data_does_not_rank_a_production_finding(
+    fake: Any, tmp_path: Path
+) -> None:
+    # GIVEN a production window whose model slows for 2 s every 20 s, on a host whose TCP
+    # opens jump in the same seconds (other clients' connections: what node-exporter sees)
+    series = triton_series(spike_every=20)
+    node = {"job": "node", "instance": "gpu-3:9100"}
+
+    def opens(t: float) -> float:
+        return sum(400.0 if int(s) % 20 in (0, 1) else 5.0 for s in range(int(t)))
+
+    series["node_netstat_Tcp_ActiveOpens"] = [(node, opens)]
+    series["node_netstat_Tcp_PassiveOpens"] = [(node, opens)]
+    server = fake(series)
+    assert _import(server.url, tmp_path, "--selector", 'node={job="node"}') == 0
+    # WHEN it is analyzed
+    analysis = analyze_run(load_run(tmp_path / "prod"))
+    # THEN connection churn, which needs per-request connection reuse, is not assessed at all
+    # (not scored on the host's counters and then dropped), and the compute slowdown is
+    # neither ranked after it nor lowered for it
+    checks = {c.cause: c for c in analysis.causes_checked}
+    assert checks["connection_churn"].status == "not_assessable"
+    assert analysis.findings, (analysis.headline, checks)  # scored and dropped: nothing left
+    top = analysis.findings[0]
+    assert top.cause == "unexplained_compute_slowdown", analysis.headline
+    assert "Ranked after" not in top.summary, top.summary
+    assert top.confidence in ("strong", "moderate"), top
