@@ -86,6 +86,10 @@ def read_limited(
                 raise _too_late(what, within_s, size) from None
             raise  # the connection's own timeout: nothing arrived for that long
         if not chunk:
+            # `read1` leaves a length-delimited response open at its end (http.client
+            # closes it only from `read()`), and the next request on the kept-alive
+            # connection then fails with ResponseNotReady: every other probe did.
+            response.close()
             return b"".join(chunks)
         size += len(chunk)
         if size > max_bytes:

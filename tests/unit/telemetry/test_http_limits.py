@@ -200,3 +200,48 @@ def test_the_prometheus_client_stops_an_oversized_answer_at_its_cap(
     client = PrometheusClient(f"http://127.0.0.1:{huge.port}", max_bytes=CAP)
     with pytest.raises(TargetError, match="answer over 65536 bytes"):
         client.query_range("up", 0, 60 * 10**9, 15.0)
+
+
+def test_a_well_behaved_server_keeps_one_connection_for_every_get_and_post() -> None:
+    # GIVEN a keep-alive HTTP/1.1 server that counts the connections it accepts
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    accepted: list[object] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            accepted.append(self.client_address)
+            super().setup()
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            body = b'{"ok": true}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer  # noqa: N815 - http.server's names
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    getter = KeepAliveGetter(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5.0)
+    try:
+        # WHEN probes and scrapes alternate on one getter
+        statuses = [getter.post_json("/infer", b"{}") for _ in range(5)]
+        bodies = [getter.get_json("/stats") for _ in range(5)]
+        statuses += [getter.post_json("/infer", b"{}") for _ in range(5)]
+    finally:
+        getter.close()
+        server.shutdown()
+        server.server_close()
+    # THEN every one is answered on the one kept-alive connection (a response left open
+    # at its end made every other request fail, ResponseNotReady, and reconnect)
+    assert statuses == [200] * 10 and bodies == [{"ok": True}] * 5
+    assert len(accepted) == 1, accepted
