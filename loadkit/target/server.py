@@ -38,6 +38,8 @@ from loadkit.target.runtime import find_runtime, make_backend_dir, server_enviro
 MODEL_CONTROL_MODES = ("none", "explicit")
 
 _POLL_S = 0.05
+# After the server exits, how long its Python backend stubs get to clean up and exit.
+STUB_EXIT_S = 2.0
 # No proxy for loopback calls, whatever the environment says.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -93,7 +95,7 @@ class EmbeddedTriton:
         sim_gpu_state: str | os.PathLike[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
         startup_timeout_s: float = 60.0,
-        exit_timeout_s: int = 2,
+        exit_timeout_s: int = 1,
         stop_timeout_s: float = 8.0,
         metrics_interval_ms: int = 1000,
         extra_models: tuple[str, ...] = (),
@@ -129,7 +131,9 @@ class EmbeddedTriton:
         self._guard: lifeline.GroupGuard | None = None
         self.startup_timeout_s = startup_timeout_s
         # Triton waits this long for open client connections and in-flight requests
-        # on SIGTERM; load generators keep connections open, so keep it short.
+        # on SIGTERM; load generators keep connections open, so keep it short. It polls
+        # once a second: the ranker unloads within a second of the signal, and at 2 the
+        # server found it gone only at its second poll (2.4 s a stop, ~40 stops a suite).
         self.exit_timeout_s = exit_timeout_s
         # ... and we wait this long after SIGTERM before SIGKILL.
         self.stop_timeout_s = max(stop_timeout_s, exit_timeout_s + 2.0)
@@ -339,7 +343,13 @@ class EmbeddedTriton:
                 proc.wait(self.stop_timeout_s)
             except subprocess.TimeoutExpired:
                 pass
-        # Whatever is left of the group (the server if it hung, its stubs) goes now.
+        # The Python backend's stubs finish their own clean-up (their shared-memory
+        # regions in /dev/shm) a moment after the server: a SIGKILL at once left one
+        # 1 MB region behind per stop. Whatever is left after that (the server if it
+        # hung, a stub that did not finish) goes now.
+        deadline = time.monotonic() + STUB_EXIT_S
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
         try:
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -289,12 +289,29 @@ def test_model_load_failure_shows_tritons_reason(tmp_path: Path) -> None:
     assert log.exists()  # the user's log is kept for the post-mortem
 
 
+def _shared_memory_of(pids: list[int]) -> set[str]:
+    """The /dev/shm files the processes have mapped (the Python backend's regions)."""
+    out: set[str] = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        out |= {line.split()[-1] for line in maps.splitlines() if "/dev/shm/" in line}
+    return out
+
+
 def test_stop_leaves_no_process_behind() -> None:
     triton = EmbeddedTriton(instances=2).start()
     pid = triton.pid
     members = group_members(pid)
     assert pid in members and len(members) >= 3  # the server and one stub per instance
+    regions = _shared_memory_of(members)
+    assert regions, "the Python backend's stubs map no shared memory: the check below is void"
     triton.stop()
+    # ... nor its stubs' shared memory (a SIGKILL right after the server's exit left a
+    # 1 MB region per stop in /dev/shm)
+    assert not [r for r in regions if Path(r).exists()], regions
     triton.stop()  # idempotent
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert group_members(pid) == []
