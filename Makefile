@@ -9,7 +9,7 @@ demo: setup
 
 test:
 	@bash scripts/setup.sh --with-browser --with-mlserver --with-prometheus
-	.venv/bin/python -m pytest -q -n 5 --dist loadfile --no-loadscope-reorder -m "not quiet_host"
+	.venv/bin/python -m pytest -q -n 4 --dist loadfile --no-loadscope-reorder -m "not quiet_host"
 	.venv/bin/python -m pytest -q -m quiet_host
 
 lint: setup

@@ -1,12 +1,13 @@
 """How `make test` splits the suite between pytest-xdist workers (docs/testing.md).
 
 `make test` runs two passes:
-1. `-n 5 --dist loadfile --no-loadscope-reorder -m "not quiet_host"`: each test
+1. `-n 4 --dist loadfile --no-loadscope-reorder -m "not quiet_host"`: each test
    module goes whole to one worker, so a module-scoped Triton starts once and its
-   tests keep their order, while the other workers run other modules. Five workers
+   tests keep their order, while the other workers run other modules. Four workers
    on two cores: most of an integration test is waiting (a server starting,
-   seconds of load at a fixed rate); with four the cores were still idle 29 % of
-   pass 1 and `make test` took 588 s, with five 12 % (docs/testing.md).
+   seconds of load at a fixed rate), and with four the cores were still idle 29 %
+   of pass 1. Five saturated them (12 % idle), and the production-window test then
+   rightly found CPU saturation in its spikes (docs/testing.md).
 2. `-m quiet_host`, serial: the tests whose story needs the machine to itself.
    The full demo's P99 sawtooth is found by phase-locking onsets 10 s apart; beside
    two other load tests its onsets slipped and the period went unconfirmed
