@@ -61,30 +61,38 @@ def stop(proc: subprocess.Popen[Any]) -> None:
 
 @contextmanager
 def running_prometheus(
-    tmp_path: Path, triton_metrics_url: str, extra_config: str = ""
+    tmp_path: Path, triton_metrics_url: str, extra_config: str = "", *, node: bool = True
 ) -> Iterator[str]:
     """Prometheus (and a node exporter) scraping Triton every second; yields its URL.
 
-    `extra_config`: more top-level keys of prometheus.yml (`rule_files`, `alerting`)."""
+    `extra_config`: more top-level keys of prometheus.yml (`rule_files`, `alerting`).
+    `node=False`: no node exporter, so the window has no host series (the test's host
+    is shared with the other tests of pass 1, which its CPU causes would read)."""
     assert PROMETHEUS is not None and NODE_EXPORTER is not None
     node_port, prom_port = free_port(), free_port()
     with ExitStack() as stack:
         node_log = stack.enter_context((tmp_path / "node.log").open("wb"))
         prom_log = stack.enter_context((tmp_path / "prometheus.log").open("wb"))
-        node = lifeline.popen(
-            [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{node_port}"],
-            stdout=subprocess.DEVNULL,
-            stderr=node_log,
-        )
-        stack.callback(stop, node)
+        if node:
+            exporter = lifeline.popen(
+                [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{node_port}"],
+                stdout=subprocess.DEVNULL,
+                stderr=node_log,
+            )
+            stack.callback(stop, exporter)
         triton_target = triton_metrics_url.removeprefix("http://").removesuffix("/metrics")
         config = tmp_path / "prometheus.yml"
+        node_job = (
+            f"  - job_name: node\n    static_configs: [{{targets: ['127.0.0.1:{node_port}']}}]\n"
+            if node
+            else ""
+        )
         config.write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
             "scrape_configs:\n"
             f"  - job_name: triton\n    static_configs: [{{targets: ['{triton_target}']}}]\n"
-            f"  - job_name: node\n    static_configs: [{{targets: ['127.0.0.1:{node_port}']}}]\n"
-            f"  - job_name: prometheus\n    static_configs: [{{targets: ['127.0.0.1:{prom_port}']}}]\n"
+            + node_job
+            + f"  - job_name: prometheus\n    static_configs: [{{targets: ['127.0.0.1:{prom_port}']}}]\n"
             + extra_config
         )
         prom = lifeline.popen(

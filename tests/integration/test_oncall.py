@@ -186,7 +186,12 @@ def test_an_alert_leaves_a_report_that_names_the_compute_slowdown(tmp_path: Path
             f"rule_files: ['{tmp_path / 'rules.yml'}']\n"
             f"alerting: {{alertmanagers: [{{static_configs: [{{targets: ['127.0.0.1:{am_port}']}}]}}]}}\n"
         )
-        with running_prometheus(tmp_path, triton.metrics_url, extra) as prometheus:
+        # No node exporter: this test checks the chain from the alert to the report and
+        # the receiver. Pass 1 runs it beside three other test modules, and with the host's
+        # CPU in the window a run of them busy in 5 of 9 spikes read as "CPU saturation
+        # (moderate)" before the model's own slowdown (session 21). What the analysis says
+        # of such a window with the host measured is test_production_compute_slowdown's.
+        with running_prometheus(tmp_path, triton.metrics_url, extra, node=False) as prometheus:
             with (tmp_path / "alertmanager.log").open("wb") as am_log:
                 am = lifeline.popen(
                     [
@@ -205,7 +210,6 @@ def test_an_alert_leaves_a_report_that_names_the_compute_slowdown(tmp_path: Path
                         "--token-file", str(token_file),
                         "--notify", f"http://127.0.0.1:{hook.server_address[1]}/hook",
                         "--match", "severity=page", "--lookback", LOOKBACK, "--settle", SETTLE,
-                        "--selector", 'node={job="node"}',
                     ],
                     stdout=log, stderr=log,
                 )  # fmt: skip
@@ -308,8 +312,7 @@ def test_an_alert_leaves_a_report_that_names_the_compute_slowdown(tmp_path: Path
     top = analysis.findings[0]
     assert top.cause == CAUSE_COMPUTE, (analysis.headline, [f.summary for f in analysis.findings])
     assert len(top.episodes) >= 4 and "Unexplained compute slowdown" in analysis.headline
-    # (its confidence is the analysis' own judgement: on a 2-core host also busy with other
-    # work, the CPU moving with the slow spells makes it weaker; it is in the summary sent)
+    # (its confidence is the analysis' own judgement, and is in the summary sent)
     period = run_period(analysis.periodicity, analysis.primary or "p99")
     assert period is not None and period.period_s == pytest.approx(PERIOD_S, rel=0.1), (
         analysis.periodicity
