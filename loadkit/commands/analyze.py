@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -192,7 +193,7 @@ def _unassessable_line(checks: list[CauseCheck], percentiles: list[Periodicity])
             line += f"{len(parts) - i} more, "  # causes or percentiles: --verbose names them
             break
         line += part + ", "
-    return line.removesuffix(", ") + "; `loadkit analyze --verbose` lists them"
+    return line.removesuffix(", ")
 
 
 def _is_data_account(note: str) -> bool:
@@ -229,10 +230,13 @@ def _note_lines(a: Analysis, verbose: bool) -> list[str]:
         lines.append("; ".join(packed))
     else:
         hidden += len(packed)
-    if hidden and lines:
-        lines[-1] += (
-            f"; {hidden} more note{'s' if hidden != 1 else ''}: `loadkit analyze --verbose`"
-        )
+    # Where the rest is, as a command that works when pasted (this run's own path).
+    verbose_command = f"`loadkit analyze {shlex.quote(a.run.path)} --verbose`"
+    if hidden:
+        more = f"{hidden} more note{'s' if hidden != 1 else ''}: {verbose_command}"
+        lines = [*lines[:-1], f"{lines[-1]}; {more}"] if lines else [more]
+    elif unassessable or unassessed:
+        lines[-1] += f"; {verbose_command} gives each reason"
     return lines
 
 
