@@ -365,16 +365,19 @@ class Attributed:
     breakdown: LatencyBreakdown
 
 
-def _histogram_windows(
-    intervals: IntervalCounts, start: int, end: int, notes: list[str]
-) -> tuple[
+_LatencyGrid = tuple[
     WindowGrid,
     float,
     list[LatencyCounts | None],
     list[LatencyCounts | None],
     WindowPercentiles,
     WindowPercentiles,
-]:
+]
+
+
+def _histogram_windows(
+    intervals: IntervalCounts, start: int, end: int, notes: list[str]
+) -> _LatencyGrid:
     """The load test's windows: 1 s (or wider when thin) percentiles from the HDR histograms."""
     grid1 = make_grid(start, end, 1.0)
     counts_1s = [
@@ -403,16 +406,6 @@ def _histogram_windows(
         notes.append("no latency histograms: percentiles and episodes are empty")
 
     return grid, window_s, corrected_h, service_h, corrected, service
-
-
-_LatencyGrid = tuple[
-    WindowGrid,
-    float,
-    list[LatencyCounts | None],
-    list[LatencyCounts | None],
-    WindowPercentiles,
-    WindowPercentiles,
-]
 
 
 def _latency_windows(

@@ -27,7 +27,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from loadkit import lifeline
@@ -36,7 +35,6 @@ from loadkit.analysis.model import Analysis
 from loadkit.analysis.periodicity import run_period
 from loadkit.faults.model_slowdown import ModelSlowdown
 from loadkit.faults.schedule import FaultSchedule
-from loadkit.target.config import MODEL_NAME, USER_DIM
 from loadkit.target.server import EmbeddedTriton
 from tests.integration.prometheus_server import (
     free_port,
@@ -45,6 +43,7 @@ from tests.integration.prometheus_server import (
     stop,
     wait_ok,
 )
+from tests.integration.ranker_traffic import paced_requests
 from tests.integration.support import REPO
 
 pytestmark = pytest.mark.integration
@@ -71,32 +70,6 @@ def _docs_block(name: str) -> str:
 def _replace(text: str, old: str, new: str) -> str:
     assert old in text, f"{old!r} is no longer in docs/oncall.md's block"
     return text.replace(old, new)
-
-
-def _traffic(url: str, stop_at: threading.Event, sent: list[int], failed: list[str]) -> None:
-    """One paced tritonclient loop, until `stop_at` (bounded by MAX_TRAFFIC_S)."""
-    import tritonclient.http as httpclient
-
-    client = httpclient.InferenceServerClient(url.removeprefix("http://"))
-    rng = np.random.default_rng(threading.get_ident() % 2**32)
-    step = 1.0 / RATE_PER_THREAD
-    next_at = time.monotonic()
-    until = next_at + MAX_TRAFFIC_S
-    try:
-        while not stop_at.is_set() and next_at < until:
-            items = httpclient.InferInput("ITEM_IDS", [1, 100], "INT64")
-            items.set_data_from_numpy(rng.integers(0, 1 << 40, size=(1, 100), dtype=np.int64))
-            user = httpclient.InferInput("USER_FEATURES", [1, USER_DIM], "FP32")
-            user.set_data_from_numpy(rng.random((1, USER_DIM), dtype=np.float32))
-            try:
-                client.infer(MODEL_NAME, [items, user])
-                sent.append(1)
-            except Exception as exc:  # recorded, asserted on below
-                failed.append(str(exc))
-            next_at += step
-            time.sleep(max(0.0, next_at - time.monotonic()))
-    finally:
-        client.close()
 
 
 class _Hook(BaseHTTPRequestHandler):
@@ -226,10 +199,13 @@ def test_an_alert_leaves_a_report_that_names_the_compute_slowdown(tmp_path: Path
                 sent: list[int] = []
                 failed: list[str] = []
                 stop_traffic = threading.Event()
+                until = time.monotonic() + MAX_TRAFFIC_S
                 with fault:
                     threads = [
                         threading.Thread(
-                            target=_traffic, args=(triton.http_url, stop_traffic, sent, failed)
+                            target=paced_requests,
+                            args=(triton.http_url, RATE_PER_THREAD, until, sent, failed),
+                            kwargs={"stop": stop_traffic},
                         )
                         for _ in range(THREADS)
                     ]

@@ -17,7 +17,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from loadkit.analysis.causes.unexplained import CAUSE_COMPUTE
@@ -27,9 +26,9 @@ from loadkit.analysis.pipeline import analyze_run
 from loadkit.faults.model_slowdown import ModelSlowdown
 from loadkit.faults.schedule import FaultSchedule
 from loadkit.rundir import load_run
-from loadkit.target.config import MODEL_NAME, USER_DIM
 from loadkit.target.server import EmbeddedTriton
 from tests.integration.prometheus_server import needs_prometheus, running_prometheus
+from tests.integration.ranker_traffic import paced_requests
 
 pytestmark = pytest.mark.integration
 
@@ -43,31 +42,6 @@ THREADS = 4
 # The default step (the scrape interval: 1 s here, issue 54) and a 2 s step.
 STEPS = ("default", "2s")
 RATE_PER_THREAD = 25.0  # requests/s each: 100/s in all, each thread paced on a schedule
-
-
-def _traffic(url: str, until: float, sent: list[int], failed: list[str]) -> None:
-    """One paced tritonclient loop: a request every 1/RATE_PER_THREAD s until `until`."""
-    import tritonclient.http as httpclient
-
-    client = httpclient.InferenceServerClient(url.removeprefix("http://"))
-    rng = np.random.default_rng(threading.get_ident() % 2**32)
-    step = 1.0 / RATE_PER_THREAD
-    next_at = time.monotonic()
-    try:
-        while next_at < until:  # bounded: the deadline ends it
-            items = httpclient.InferInput("ITEM_IDS", [1, 100], "INT64")
-            items.set_data_from_numpy(rng.integers(0, 1 << 40, size=(1, 100), dtype=np.int64))
-            user = httpclient.InferInput("USER_FEATURES", [1, USER_DIM], "FP32")
-            user.set_data_from_numpy(rng.random((1, USER_DIM), dtype=np.float32))
-            try:
-                client.infer(MODEL_NAME, [items, user])
-                sent.append(1)
-            except Exception as exc:  # recorded, asserted on below
-                failed.append(str(exc))
-            next_at += step
-            time.sleep(max(0.0, next_at - time.monotonic()))
-    finally:
-        client.close()
 
 
 def _names_the_compute_slowdown_first(analysis: Analysis) -> None:
@@ -112,7 +86,10 @@ def test_a_production_window_names_the_models_own_compute_slowdown_first(tmp_pat
             until = time.monotonic() + LOAD_S
             with fault:
                 threads = [
-                    threading.Thread(target=_traffic, args=(triton.http_url, until, sent, failed))
+                    threading.Thread(
+                        target=paced_requests,
+                        args=(triton.http_url, RATE_PER_THREAD, until, sent, failed),
+                    )
                     for _ in range(THREADS)
                 ]
                 for t in threads:
