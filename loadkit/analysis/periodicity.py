@@ -35,6 +35,8 @@ REFINE_SPAN = 0.2  # search ±20 % around the candidate period
 # folds on noise. A 4 s slowdown every 12 s at a 5 s production step is 2.4 steps: said
 # as not resolvable there, never as absent (issue 54).
 RESOLVABLE_STEPS = 4
+# A spike this many windows wide (the median) is also folded on its centre (`_onset_sets`).
+WIDE_SPIKE_WINDOWS = 3
 
 
 def rayleigh_test(phases: np.ndarray) -> tuple[float, float]:
@@ -80,10 +82,20 @@ def fold_episodes(starts_s: np.ndarray, period_s: float) -> tuple[float, float, 
     return r, p, jitter
 
 
+@dataclass(frozen=True)
+class _Spikes:
+    """The spikes seen against a local baseline: when each starts, its size, and its centre."""
+
+    onsets: np.ndarray  # seconds since the series' start
+    sizes: np.ndarray | None  # peak log-ratio to the local baseline; None: episode starts only
+    centres: np.ndarray | None  # excess-weighted centre (seconds); None: episode starts only
+    widths: np.ndarray | None  # windows
+
+
 def _onsets_for(
     values: Sequence[float | None], window_s: float, period_s: float, episode_starts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Spike onsets seen against a baseline about two candidate periods long, and each spike's size.
+) -> _Spikes:
+    """Spikes seen against a baseline about two candidate periods long: onset, size and centre.
 
     The episodes' long baseline merges spikes that ride on a plateau (a burst
     holding latency up) into one episode, losing cycles; a baseline that
@@ -98,7 +110,7 @@ def _onsets_for(
     baseline, hot = iterative_baseline(v, span)
     runs = hot_runs(hot)
     if len(runs) < max(MIN_EPISODES, len(episode_starts)):
-        return episode_starts, None
+        return _Spikes(episode_starts, None, None, None)
     # A window where nothing completed has no percentile, yet it is the worst
     # latency of all (a stall): a spike starts where the empty windows before it
     # start, when there was data before them (not the warm-up at the run start).
@@ -109,7 +121,6 @@ def _onsets_for(
         while a - 1 > first_data and not has_data[a - 1]:
             a -= 1
         starts.append(a)
-    onsets = np.array(starts, dtype=float) * window_s
     with np.errstate(invalid="ignore", divide="ignore"):
         log_ratio = np.log(v / baseline.median)
     sizes = np.array(
@@ -118,7 +129,20 @@ def _onsets_for(
             for a, b in runs
         ]
     )
-    return onsets, sizes
+    centres = np.array([_centre(log_ratio[a:b], a) for (_, b), a in zip(runs, starts, strict=True)])
+    widths = np.array([b - a for (_, b), a in zip(runs, starts, strict=True)], dtype=float)
+    return _Spikes(np.array(starts, dtype=float) * window_s, sizes, centres * window_s, widths)
+
+
+def _centre(excess: np.ndarray, first: int) -> float:
+    """The excess-weighted centre of one spike, in windows; an empty window (a stall)
+    weighs as much as the spike's largest known excess."""
+    w = np.clip(excess, 0.0, None)
+    known = w[~np.isnan(w)]
+    w = np.where(np.isnan(w), float(known.max()) if known.size else 1.0, w)
+    if w.sum() <= 0:
+        return first + (len(w) - 1) / 2
+    return first + float(np.dot(np.arange(len(w)), w) / w.sum())
 
 
 def largest_spikes(onsets: np.ndarray, sizes: np.ndarray | None) -> np.ndarray | None:
@@ -187,20 +211,29 @@ def _candidate_lags(cand: float, window_s: float, n: int) -> np.ndarray | None:
     return np.arange(lag_lo, lag_hi + 1)
 
 
-def _onset_sets(
-    all_onsets: np.ndarray, sizes: np.ndarray | None, starts: np.ndarray
-) -> list[tuple[np.ndarray, str]]:
+def _onset_sets(spikes: _Spikes, starts: np.ndarray) -> list[tuple[np.ndarray, str]]:
     """The onset sets a candidate is folded on, each with the words that name it in a reason.
 
     All onsets, and (when they differ) those of the largest spikes (at least
     MIN_EPISODES of them) and the episodes' own starts: a short local baseline
     also sees small blips between the spikes, whose onsets break the phase lock
-    of a sawtooth the episodes show cleanly.
+    of a sawtooth the episodes show cleanly. Where spikes are several windows
+    wide, their centres too: a slow rise (a counter's rate over a window of
+    several scrapes smears a 2.5 s slowdown over 6 s) crosses the threshold a
+    step early or late with the noise of the calm around it, while the centre
+    of its excess stays put.
     """
+    all_onsets = spikes.onsets
     sets = [(all_onsets, "")]
-    big = largest_spikes(all_onsets, sizes)
+    big = largest_spikes(all_onsets, spikes.sizes)
     if big is not None:
         sets.append((big, " (largest spikes)"))
+    if (
+        spikes.centres is not None
+        and spikes.widths is not None
+        and float(np.median(spikes.widths)) >= WIDE_SPIKE_WINDOWS
+    ):
+        sets.append((spikes.centres, " (their centres)"))
     if len(starts) >= MIN_EPISODES and not np.array_equal(starts, all_onsets):
         sets.append((starts, " (episode starts)"))
     return sets
@@ -300,7 +333,8 @@ def detect_periodicity(
         if lags is None:
             continue
         # Too few spikes to test any period: say so first (whatever the autocorrelation).
-        all_onsets, sizes = _onsets_for(values, window_s, cand, starts)
+        spikes = _onsets_for(values, window_s, cand, starts)
+        all_onsets = spikes.onsets
         if len(all_onsets) < MIN_EPISODES:
             k = len(all_onsets)
             reasons.append(
@@ -316,7 +350,7 @@ def detect_periodicity(
         candidate = _Candidate(cand, strength, lag * window_s)
         # Refine on the spike onsets: the period that folds them most tightly. With
         # several sets each must pass at a share of the level (Bonferroni).
-        sets = _onset_sets(all_onsets, sizes, starts)
+        sets = _onset_sets(spikes, starts)
         alpha = RAYLEIGH_ALPHA / len(sets)
         for onsets, which in sets:
             outcome = _phase_locked(onsets, which, candidate, alpha, duration_s, percentile)

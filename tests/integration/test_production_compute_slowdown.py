@@ -11,6 +11,7 @@ nothing else moved", from Triton's compute counters at the step.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -62,6 +63,19 @@ def _names_the_compute_slowdown_first(analysis: Analysis) -> None:
     # ... with nothing else said to have moved but what this host shares with other
     # processes (its CPU): a production window has no GPU, quota or arrival series here
     assert "GPU clock, cgroup quota, arrivals not measured" in top.summary, top.summary
+
+
+def _period_story(analysis: Analysis, run: Path) -> str:
+    """What a failed period check needs to be understood: each percentile's test, its
+    episodes' starts, and the mean per step (the series a production window leans on)."""
+    lines = [f"primary {analysis.primary}"]
+    for p in analysis.periodicity:
+        starts = [round(e.start_s, 1) for e in analysis.episodes if e.percentile == p.percentile]
+        lines.append(f"{p.percentile}: {p.reason}; rejected {p.rejected}; episodes at {starts}")
+    rows = [json.loads(line) for line in (run / "telemetry" / "production_latency.jsonl").open()]
+    means = [r.get("mean_ms") for r in rows if "t_ns" in r]
+    lines.append("mean per step: " + " ".join("-" if m is None else f"{m:.0f}" for m in means))
+    return "\n".join(lines)
 
 
 @needs_prometheus
@@ -126,6 +140,6 @@ def test_a_production_window_names_the_models_own_compute_slowdown_first(tmp_pat
     analysis = analyze_run(default)
     period = run_period(analysis.periodicity, analysis.primary)
     assert period is not None and period.period_s == pytest.approx(PERIOD_S, rel=0.1), (
-        analysis.periodicity
+        _period_story(analysis, tmp_path / "prod-default")
     )
     assert f"every {PERIOD_S:.0f} s" in analysis.headline, analysis.headline
