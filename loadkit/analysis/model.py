@@ -428,6 +428,11 @@ class AlignedSignal:
     anchor: str = ""  # which episodes: the finding's own, or all episodes (standing condition)
 
 
+# What an episode cause's `Finding.baseline_rate` counts, as a reader sees it beside the
+# rate: stretches of the baseline as long as the episodes and their lead (issue 51).
+STRETCHES = "same-length stretches of the run"
+
+
 @dataclass(frozen=True)
 class Finding:
     """A cause that explains spike episodes, with its statistics and what to do."""
@@ -438,9 +443,10 @@ class Finding:
     episodes: tuple[str, ...]  # episode ids explained
     episodes_total: int  # episodes tested
     coincidence: float  # fraction of tested episodes where the signature holds
-    baseline_rate: float  # fraction of matched baseline windows where it holds
+    # fraction of STRETCHES (the episodes shifted around the baseline) where it holds
+    baseline_rate: float
     lift: float | None  # coincidence / baseline_rate (None: baseline rate 0)
-    p_value: float | None  # Fisher exact test, episodes vs baseline windows
+    p_value: float | None  # episodes vs those stretches (attribution._stretch_null)
     cliffs_delta: float | None  # effect size of the signature's metric, episode vs baseline
     lag_s: float | None  # median signature onset minus episode start (<0: cause leads)
     evidence: tuple[Evidence, ...]

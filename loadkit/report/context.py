@@ -18,6 +18,7 @@ from typing import Any
 from loadkit import __version__, percentile_names
 from loadkit.analysis import causes
 from loadkit.analysis.model import (
+    STRETCHES,
     Analysis,
     Finding,
     LatencyWindows,
@@ -306,9 +307,9 @@ def _finding(finding: Finding, analysis: Analysis) -> dict[str, Any]:
         else [
             ("episodes explained", f"{len(finding.episodes)} of {finding.episodes_total}"),
             ("signature in episodes", fmt.fraction_pct(finding.coincidence)),
-            ("signature in baseline windows", fmt.fraction_pct(finding.baseline_rate)),
+            (f"signature in {STRETCHES}", fmt.fraction_pct(finding.baseline_rate)),
             ("lift", "n/a" if finding.lift is None else f"{fmt.sig(finding.lift)}×"),
-            ("p-value (Fisher)", fmt.p_value(finding.p_value)),
+            ("p-value (vs those stretches)", fmt.p_value(finding.p_value)),
             ("effect size (Cliff's δ)", fmt.sig(finding.cliffs_delta, 2)),
             ("lag (cause − episode start)", fmt.seconds(finding.lag_s)),
         ],

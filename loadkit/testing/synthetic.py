@@ -125,6 +125,10 @@ class RunSpec:
     # strength = its share of the accelerator's time in the window; this model's compute
     # takes 1 / (1 - share) as long there, and Triton's statistics report both models.
     neighbour_bursts: tuple[FaultWindow, ...] = ()
+    # ... and, at flat traffic, holding this share of it at full speed all run: its batches
+    # slow with the device (clock drops, quotas) as this model's do, its demand unchanged
+    # (a slowdown shared by every model). Its share is in this model's usual compute.
+    neighbour_share: float = 0.0
     request_bytes: int = 2048  # each sampled request's recorded size
     payload_bytes: int = 0  # added to the size of a request sent in a data-movement window
     error_rate: float = 0.0
@@ -765,7 +769,7 @@ def _write_triton_stats(writer: RunWriter, spec: RunSpec, sim: Simulated, start_
         row["interval_ns"] = int(spec.stats_interval_s * NS)
         row["batch_sizes"] = {str(int(s)): int(c) for s, c in zip(uniq, counts, strict=True)}
         out.write(row)
-        if spec.neighbour_bursts:
+        if spec.neighbour_bursts or spec.neighbour_share:
             out.write(_neighbour_row(spec, neighbour_cum, start_ns, t0))
     out.close()
 
@@ -778,12 +782,15 @@ NEIGHBOUR_BATCH_S = 0.008
 
 
 def _neighbour_row(spec: RunSpec, cum: dict[str, int], start_ns: int, t0: float) -> Any:
-    """The neighbour's statistics row for [t0, t0 + interval): busy `strength` of it."""
+    """The neighbour's statistics row for [t0, t0 + interval): busy `strength` of it in its
+    bursts, and `neighbour_share` of it at flat traffic, slowed as the device is."""
     t1 = t0 + spec.stats_interval_s
-    busy_s = sum(
+    burst_s = sum(
         max(0.0, min(t1, w.end_s) - max(t0, w.start_s)) * w.strength for w in spec.neighbour_bursts
     )
-    execs = int(round(busy_s / NEIGHBOUR_BATCH_S))
+    flat_s = spec.neighbour_share * spec.stats_interval_s
+    execs = int(round((burst_s + flat_s) / NEIGHBOUR_BATCH_S))
+    busy_s = burst_s + flat_s * _device_slowdown(spec, t0, t1)
     infer_ns = int(busy_s * NS)
     delta = {
         "success_count": execs * NEIGHBOUR_ROWS,
@@ -804,6 +811,17 @@ def _neighbour_row(spec: RunSpec, cum: dict[str, int], start_ns: int, t0: float)
     cells["interval_ns"] = int(spec.stats_interval_s * NS)
     cells["batch_sizes"] = {str(NEIGHBOUR_ROWS): execs} if execs else {}
     return cells
+
+
+def _device_slowdown(spec: RunSpec, t0: float, t1: float) -> float:
+    """How much longer a batch takes over [t0, t1) on average: the clock drops' and the
+    quotas' mean factors, as `_batch_time` applies them to this model's batches."""
+    factors = []
+    for t in np.linspace(t0, t1, 10, endpoint=False):
+        drop = _in_any(t, spec.clock_drops)
+        quota = _in_any(t, spec.cgroup_quotas)
+        factors.append((drop.factor if drop else 1.0) * (1.0 + (quota.strength if quota else 0.0)))
+    return float(np.mean(factors))
 
 
 # The machines of a run with places (`RunSpec.target_local`): the target's, when it is not

@@ -24,7 +24,12 @@ from loadkit.analysis.model import Evidence, Finding, SeriesPlace
 from loadkit.analysis.noise import EFFECT_MOVED, above_spread
 from loadkit.analysis.places import CLIENT_SIDE, SERVER_SIDE, on_loadkit_machine, sources_at
 from loadkit.analysis.sources import SourceAccessors
-from loadkit.analysis.telemetry import HostSeries, RequestSampleSeries, align_load
+from loadkit.analysis.telemetry import (
+    HostSeries,
+    ModelActivity,
+    RequestSampleSeries,
+    align_load,
+)
 
 # The error class of requests that got no answer in time (request_errors.CAUSE_TIMEOUTS;
 # named here so that every cause can list it without importing the error causes).
@@ -98,12 +103,17 @@ COMPUTE_INFLATION = 1.3
 # the queue growth that makes a neighbour's small compute growth material (model_contention).
 GROWTH_RATIO = 2.0
 # Another model on the same server works more where its compute per second clears its
-# baseline's spread and is this many times its baseline median ... (`model_rises`:
-# model_contention's "another model rose"; CPU saturation leaves such windows to it.)
+# baseline's spread and is this many times its baseline median ... (`model_rises`: the
+# effect of model_contention's "another model was asked for more", `model_asked_more`;
+# CPU saturation leaves such windows to it.)
 MODEL_RISE_FLOOR = 1.5
 # ... and where that model was idle in the baseline (no spread to judge by), where it holds
 # at least this many ms of compute per second (2 % of the accelerator).
 IDLE_MODEL_BUSY_MS_PER_S = 20.0
+# Its demand rose where its inferences per second clear their baseline's spread and are
+# MODEL_RISE_FLOOR times its median, and, idle in the baseline, reach this many (any work
+# at all: the compute's floor above says whether it matters) (`model_asked_more`).
+IDLE_MODEL_MIN_INFERENCES_PER_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -313,16 +323,24 @@ def confidence(
     raise P99 enough to make an episode), so a modest lift with a significant
     test and a clear effect on the cause's own metric (Cliff's delta of at least
     EFFECT_MOVED, episodes against baseline) is as good as a large lift.
+
+    Above weak the cause's own metric must have moved: co-occurrence alone is what
+    a condition unrelated to the spikes also shows in long episodes (issue 51).
+    Every signature carries its metric (`Signature.metric`); a caller without one
+    passes the delta its own evidence stands for and says why (request_errors).
     """
     d = abs(delta) if delta is not None else 0.0
     p = p_value if p_value is not None else 1.0
     big_lift = lift is None or lift >= 3.0  # None: never seen in baseline
-    clear_effect = p < 0.05 and d >= EFFECT_MOVED and (lift is None or lift >= 1.5)
+    moved = d >= EFFECT_MOVED
+    clear_effect = p < 0.05 and moved and (lift is None or lift >= 1.5)
     if coincidence >= 0.8 and p < 0.05 and d >= 0.6 and big_lift:
         return "strong"
-    if coincidence >= 0.5 and ((p < 0.1 and big_lift) or clear_effect):
+    if coincidence >= 0.5 and moved and ((p < 0.1 and big_lift) or clear_effect):
         return "moderate"
-    if coincidence >= 0.3 and (lift is None or lift >= 2.0 or clear_effect):
+    # A lead also where its metric moved in the spikes while the signature is common in
+    # stretches of the run too (a quota throttling a little all along, hard in the spikes).
+    if coincidence >= 0.3 and (lift is None or lift >= 2.0 or (moved and lift > 1.0)):
         return "weak"
     return None
 
@@ -579,15 +597,30 @@ def model_rises(busy_ms_per_s: np.ndarray, baseline: np.ndarray) -> np.ndarray:
     return flag(np.nan_to_num(busy_ms_per_s, nan=0.0) >= floor, busy_ms_per_s)
 
 
+def model_asked_more(act: ModelActivity, baseline: np.ndarray) -> np.ndarray:
+    """Per window: a model was asked for more work and took more of the server for it.
+
+    Its demand (inferences per second) rose beyond its baseline's spread, and its compute
+    per second with it (`model_rises`). The compute alone is no sign of a neighbour: a
+    device slower for everyone (a power cap, heat, a container quota) raises every
+    model's compute per second at unchanged traffic.
+    """
+    demand = above_spread(
+        act.inferences_per_s, baseline, MODEL_RISE_FLOOR, at_least=IDLE_MODEL_MIN_INFERENCES_PER_S
+    )
+    if demand is None:
+        return np.zeros(len(act.inferences_per_s), dtype=bool)
+    busier = np.nan_to_num(model_rises(act.compute_ms_per_s, baseline)) > 0
+    return (np.nan_to_num(demand) > 0) & busier
+
+
 def other_models_rose(sig: Signals, baseline: np.ndarray) -> np.ndarray:
-    """Per window: another model on the same server rose (`model_rises`); all False without any."""
+    """Per window: another model on the same server was asked for more (`model_asked_more`);
+    all False without any."""
     tr = sig.triton
     if tr is None or not tr.others:
         return np.zeros(sig.n, dtype=bool)
-    risen = [
-        np.nan_to_num(model_rises(o.compute_ms_per_s, baseline)) > 0 for o in tr.others.values()
-    ]
-    return np.logical_or.reduce(risen)
+    return np.logical_or.reduce([model_asked_more(o, baseline) for o in tr.others.values()])
 
 
 def stall_gaps(

@@ -273,7 +273,11 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
             ]
         return out
 
-    return Signature(cause, holds, busy, evidence, max_confidence=cap)
+    # The metric is the server's wait for a CPU where it was recorded: that is what the
+    # signature asks of the server (a neighbour on a few cores leaves the busy share as it
+    # was, issue 51); else the share of cores that were busy.
+    waits = delay is not None and bool(np.any(~np.isnan(delay[baseline])))
+    return Signature(cause, holds, delay if waits else busy, evidence, max_confidence=cap)
 
 
 def _wait_alone_cap(

@@ -89,7 +89,11 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
         cond |= copies
     if larger is not None:
         cond |= np.nan_to_num(larger, nan=0.0) > 0
-    metric = slow_bytes if larger is not None and slow_bytes is not None else moved
+    # The metric is the signal the signature holds on: the copies' time where it grew (the
+    # sizes of a run whose payloads stay the same do not move), else the requests' size.
+    sizes = slow_bytes if larger is not None else None
+    copied = copies is not None and bool(copies.any())
+    metric = moved if moved is not None and (copied or sizes is None) else sizes
     assert metric is not None
     unknown = np.ones(sig.n, bool)  # only where every assessed signal is unknown
     for series, test in ((moved, copies), (slow_bytes, larger)):

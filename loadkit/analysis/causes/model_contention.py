@@ -5,8 +5,12 @@ a burst on a second model makes the analyzed model's compute per batch grow
 with nothing else changing, neither its arrivals nor the GPU's clock. Triton's
 statistics report every model, so the other models' activity per window is on
 the record (`TritonSeries.others`): the signature holds where the analyzed
-model's compute per batch grew while another model's compute time per second
-rose beyond its own baseline's spread. Its series are the server's own.
+model's compute per batch grew while another model was asked for more work, its
+inferences per second and with them its compute per second beyond its own
+baseline's spread (`base.model_asked_more`). Its demand is the gate, its compute
+the effect: a device slower for everyone (a power cap, heat, a container quota)
+raises every model's compute per second at flat traffic, and is not a neighbour's
+doing. Its series are the server's own.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from loadkit.analysis.causes.base import (
     material,
     mean,
     median,
-    model_rises,
+    model_asked_more,
     need,
 )
 from loadkit.analysis.model import Evidence
@@ -47,20 +51,23 @@ CAUSE_MODEL_CONTENTION = "model_contention"
 COMPUTE_INFLATION_FLOOR = 1.1
 # ... and the queue per request beyond its spread and at least `base.GROWTH_RATIO` times
 # its baseline median (the queue residual's bar) makes a small growth material.
-# Another model rose where its compute per second clears its baseline's spread
-# (`base.model_rises`, which CPU saturation reads too).
+# Another model was asked for more where its inferences per second and its compute per
+# second clear their baselines' spreads (`base.model_asked_more`, which CPU saturation
+# reads too).
 
 
 def _busiest_riser(
-    others: dict[str, ModelActivity], ep: np.ndarray, base: np.ndarray
+    others: dict[str, ModelActivity], asked: dict[str, np.ndarray], ep: np.ndarray, base: np.ndarray
 ) -> tuple[str, ModelActivity] | None:
-    """The other model whose compute per second rose most in the episodes over its baseline."""
-    best: tuple[float, str, ModelActivity] | None = None
+    """The other model asked for more in most episode windows; of those, the one whose
+    compute per second rose most over its baseline."""
+    best: tuple[int, float, str, ModelActivity] | None = None
     for name, act in others.items():
+        windows = int(np.count_nonzero(asked[name] & ep))
         rise = (mean(act.compute_ms_per_s, ep) or 0.0) - (median(act.compute_ms_per_s, base) or 0.0)
-        if best is None or rise > best[0]:
-            best = (rise, name, act)
-    return None if best is None else (best[1], best[2])
+        if best is None or (windows, rise) > best[:2]:
+            best = (windows, rise, name, act)
+    return None if best is None else (best[2], best[3])
 
 
 @assessed(CAUSE_MODEL_CONTENTION)
@@ -72,9 +79,7 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
         "fewer than 3 baseline windows with Triton statistics to fit compute per batch",
     )
     others = tr.others
-    risen = np.vstack(
-        [np.nan_to_num(model_rises(o.compute_ms_per_s, baseline)) for o in others.values()]
-    )
+    asked = {name: model_asked_more(o, baseline) for name, o in others.items()}
     busy = np.nansum([o.compute_ms_per_s for o in others.values()], axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         excess_ms = tr.batch_compute_ms - tr.batch_compute_ms / inflation
@@ -93,7 +98,7 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
     if queued is not None:
         matters |= np.nan_to_num(queued, nan=0.0) > 0
     slower = grew & matters
-    holds = flag(slower & (risen.max(axis=0) > 0), inflation)
+    holds = flag(slower & np.logical_or.reduce(list(asked.values())), inflation)
 
     def evidence(ep: np.ndarray, base: np.ndarray) -> list[Evidence]:
         out = [
@@ -110,7 +115,7 @@ def signature(sig: Signals, baseline: np.ndarray) -> Signature:
             Evidence("other_models_compute_in_episodes", mean(busy, ep), "ms/s"),
             Evidence("other_models_compute_baseline", median(busy, base), "ms/s"),
         ]
-        top = _busiest_riser(others, ep, base)
+        top = _busiest_riser(others, asked, ep, base)
         if top is not None:
             name, act = top
             out += [

@@ -180,7 +180,9 @@ class ErrorStatistics:
     @property
     def confidence(self) -> str:
         """The shared function's level; never below weak (a failed request is a fact)."""
-        if self.outside == 0:  # the whole run: nothing to compare with, the share alone
+        if self.outside == 0:
+            # The whole run: nothing to compare with, so no effect to measure; the failed
+            # requests are the class's own metric and their share alone stands for it.
             level = confidence(self.share_in, 0.0, 1.0, None)
         else:
             level = confidence(self.share_in, self.p_value, self.delta, self.lift)

@@ -125,11 +125,15 @@ def test_cliffs_delta_and_confidence_levels():
     assert cliffs_delta(np.array([1.0]), np.array([1.0])) == 0.0
     assert cliffs_delta(np.array([np.nan]), np.array([1.0])) is None
     assert confidence(1.0, 0.001, 0.9, None) == "strong"
-    assert confidence(0.6, 0.05, 0.3, 5.0) == "moderate"
+    assert confidence(0.6, 0.05, 0.4, 5.0) == "moderate"
+    # above weak the cause's own metric must have moved (issue 51)
+    assert confidence(0.6, 0.05, 0.3, 5.0) == "weak"
     assert confidence(0.4, 0.5, 0.1, 2.5) == "weak"
-    assert (
-        confidence(0.9, 0.001, 0.9, 1.2) is None
-    )  # as common in baseline as in episodes: weak lift
+    # as common in stretches of the run as in the episodes: nothing, unless its own metric
+    # moved in them (a lead: a quota throttling a little all along, hard in the spikes)
+    assert confidence(0.9, 0.001, 0.1, 1.2) is None
+    assert confidence(0.9, 0.001, 0.9, 1.2) == "weak"
+    assert confidence(0.9, 0.001, 0.9, 0.9) is None
 
 
 def test_a_cause_seen_in_one_episode_is_rated_one_level_below_the_same_cause_seen_twice(

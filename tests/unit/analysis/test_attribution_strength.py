@@ -398,7 +398,7 @@ def test_a_cause_over_spikes_that_barely_stand_out_needs_its_own_metric_to_move(
     flat_finding, _, _ = attribution.score(flat, episodes, sig, baseline)
     moved_finding, _, _ = attribution.score(moved, episodes, sig, baseline)
     assert flat_finding is not None and moved_finding is not None
-    # THEN over episodes under 1.5x it is a weak lead unless its own metric moved;
-    # over spikes that stand out, the coincidence is enough
+    # THEN it is a weak lead unless its own metric moved, however much the spikes stand
+    # out: co-occurrence alone is what an unrelated condition shows too (issue 51)
     assert moved_finding.confidence != "weak"
-    assert (flat_finding.confidence == "weak") == (peak_ratio < 1.5)
+    assert flat_finding.confidence == "weak"

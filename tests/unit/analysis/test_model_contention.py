@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from loadkit.analysis.align import make_grid
 from loadkit.analysis.causes import model_contention
@@ -18,6 +19,8 @@ from loadkit.analysis.telemetry import (
     align_gpu,
     align_triton,
 )
+from loadkit.testing.synthetic import FaultWindow as W
+from loadkit.testing.synthetic import RunSpec, periodic_clock_drops
 
 S = 1_000_000_000
 N = 20
@@ -87,6 +90,42 @@ def test_another_model_busy_alone_or_compute_slow_alone_is_not_contention():
     assert _holds(_signals(1.8, 0.0)) == []
     # ... and a busy neighbour at its usual load (within its own spread): no rise
     assert _holds(_signals(1.8, 410.0, neighbour_base=400.0)) == []
+
+
+def _neighbour(busy_x: float, rate_x: float) -> ModelActivity:
+    """A model at 100 inferences/s and 200 ms/s of compute, each x`rate_x`, x`busy_x` in EPISODE."""
+    rate, busy = np.full(N, 100.0), np.full(N, 200.0)
+    rate[EPISODE] *= rate_x
+    busy[EPISODE] *= busy_x
+    return ModelActivity(rate, rate / 4.0, busy)
+
+
+def test_a_slowdown_shared_by_every_model_does_not_name_the_neighbour():
+    # GIVEN the whole device slower in EPISODE (a power cap, heat, a quota): the ranker's
+    # compute per batch x1.8, and doc_ranker's compute per second x1.8 at its usual traffic
+    sig = _signals(1.8, 0.0)
+    assert sig.triton is not None
+    sig.triton.others = {"doc_ranker": _neighbour(busy_x=1.8, rate_x=1.0)}
+    # THEN no window is the neighbour's: it was asked for nothing more
+    assert _holds(sig) == []
+
+
+def test_a_neighbour_asked_for_more_in_the_episodes_is_named():
+    # GIVEN the same slowdown, doc_ranker's traffic x1.8 with its compute
+    sig = _signals(1.8, 0.0)
+    assert sig.triton is not None
+    sig.triton.others = {"doc_ranker": _neighbour(busy_x=1.8, rate_x=1.8)}
+    # THEN it holds in the episodes
+    assert _holds(sig) == EPISODE
+    # AND beside a second model whose compute rose more at flat traffic (slowed too), the
+    # one asked for more is the one named
+    sig.triton.others["hembed"] = _neighbour(busy_x=2.5, rate_x=1.0)
+    s = model_contention.signature(sig, _baseline())
+    assert s.evidence is not None
+    text = model_contention.CAUSE.summary(
+        s.evidence(~_baseline(), _baseline()), "5/5 spike episodes", None
+    )
+    assert "'doc_ranker'" in text and "180 inferences/s (baseline 100)" in text, text
 
 
 def test_a_growth_under_the_residuals_bar_is_contention_where_it_clears_its_own_spread():
@@ -275,3 +314,28 @@ def test_a_light_neighbour_near_capacity_is_named_not_the_queue(analyze_spec):
     causes = [(f.cause, f.confidence) for f in a.findings]
     assert causes and causes[0][0] == "model_contention", causes
     assert "unexplained_queue_growth" not in [c for c, _ in causes], causes
+
+
+# The whole server slowed for 3 s every 9 s: its container's CPU quota, or its GPU's power cap.
+SHARED_SLOWDOWNS = {
+    "cgroup_throttling": {"cgroup_quotas": tuple(W(12 + 9 * k, 15 + 9 * k, 1.2) for k in range(7))},
+    "gpu_clock_power": {
+        "clock_drops": periodic_clock_drops(9, 3, first_s=12, until_s=80, factor=1.8, kind="power")
+    },
+}
+
+
+@pytest.mark.parametrize("cause", sorted(SHARED_SLOWDOWNS))
+def test_a_whole_server_slowing_names_its_cause_not_a_neighbour_at_flat_traffic(
+    analyze_spec, cause
+):
+    # GIVEN doc_ranker holding 30 % of the accelerator at flat traffic all run, and the
+    # whole server slowed every 9 s: both models' compute per second rises there (x2.2
+    # under the quota, x1.8 under the cap), doc_ranker's requests do not
+    spec = RunSpec(duration_s=80, rate_rps=400, neighbour_share=0.3, **SHARED_SLOWDOWNS[cause])
+    a = analyze_spec(spec, f"flat-neighbour-{cause}")
+    causes = [(f.cause, f.confidence) for f in a.findings]
+    # THEN the common cause is first, and the neighbour is not named above weak
+    assert causes and causes[0][0] == cause, causes
+    assert ("model_contention", "strong") not in causes, causes
+    assert ("model_contention", "moderate") not in causes, causes

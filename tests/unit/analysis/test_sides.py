@@ -4,6 +4,7 @@ machine's trouble a cause of its own (issue 41, item 3; docs/analysis.md, "Whose
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,12 @@ from loadkit.analysis.causes.base import NO_CLIENT_TELEMETRY, NO_SERVER_TELEMETR
 from loadkit.analysis.model import Analysis, SeriesPlace
 from loadkit.analysis.places import CLIENT_SIDE, SERVER_SIDE, sources_at
 from loadkit.analysis.telemetry import HOST_PARTS, HostSeries, TritonSeries
+from loadkit.cli import build_parser
+from loadkit.commands.options import server_telemetry
 from loadkit.rundir import load_run
 from loadkit.rundir.layout import MANIFEST_FILE
 from loadkit.rundir.writer import write_manifest
+from loadkit.telemetry.scrape import SCRAPE_OPTION
 from loadkit.testing.synthetic import FaultWindow, RunSpec, demo_spec, write_run
 
 W = FaultWindow
@@ -45,8 +49,24 @@ def _causes(a: Analysis) -> list[str]:
     return [f.cause for f in a.findings]
 
 
-def test_the_sentence_is_the_one_the_issue_asks_for():
-    assert NO_SERVER_TELEMETRY == SENTENCE
+def test_the_sentence_s_advice_is_what_loadkit_run_takes_to_read_the_server_s_host():
+    # GIVEN each flag the not-assessable sentence tells the user to give
+    flags = re.findall(r"--[a-z][a-z-]*", NO_SERVER_TELEMETRY)
+    assert flags, NO_SERVER_TELEMETRY
+    given = {
+        "--scrape": ("node=http://gpu-host:9100/metrics", ["node"]),
+        "--agent": ("http://gpu-host:9477", ["agent-gpu", "agent-host"]),
+        "--server-pid": ("4321", []),
+    }
+    for flag in flags:
+        value, scraped = given[flag]
+        # THEN `loadkit run` takes it, and it reads the server's host on its machine
+        args = build_parser("run").parse_args(
+            ["run", "scenario.py", "--target", "http://gpu-host:8000", flag, value]
+        )
+        targets = server_telemetry(args).get(SCRAPE_OPTION, [])
+        assert [t.family for t in targets] == scraped, flag
+        assert args.server_pid == (4321 if flag == "--server-pid" else None), flag
 
 
 def test_a_quota_on_the_load_machine_is_the_load_machine_s_not_the_server_s(analyze_spec):

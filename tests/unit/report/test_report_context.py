@@ -114,7 +114,7 @@ def test_finding_card_carries_evidence_episodes_and_action(synthetic):
     assert card["episodes"] == list(finding.episodes)
     assert card["episodes_shown"][1] == {"id": "p99#2", "at": "0:30", "peak": "82.0 ms"}
     assert card["episodes_more"] == len(finding.episodes) - 12
-    assert dict(card["stats"])["p-value (Fisher)"] == "< 0.0001"
+    assert dict(card["stats"])["p-value (vs those stretches)"] == "< 0.0001"
     # No episode-aligned signal in this analysis: no plot rather than an invented one.
     assert card["figure"] is None
 

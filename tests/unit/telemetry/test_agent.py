@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -157,13 +158,25 @@ def test_live_rates_and_counts_from_two_agent_scrapes() -> None:
 
 
 # --- the GPU collector -----------------------------------------------------------------
+PINNED_GPU = {
+    "power_w": 212.5,
+    "power_limit_w": 700.0,
+    "energy_mj": 4_321_000,
+    "thermal_violation_ns": 2_500_000_000,
+    "mem_used_bytes": 3 * 2**30,
+    "sm_clock_mhz": 1089,
+    "pcie_rx_kbps": 1_000_000,
+}
+
+
 @pytest.fixture
 def sim_gpu(tmp_path: Path) -> Iterator[GpuSampler]:
     path = tmp_path / "state.json"
     model = SimGpuModel(faults=CoolingFaultSchedule(period_s=20, duration_s=10, offset_s=1))
     for _ in range(40):  # 4 s of load into a cooling fault: throttled
         model.step(0.1, 0.5)
-    write_state(path, model.state)
+    # NVML's own units, round numbers: the exposition's are known without the family's map
+    write_state(path, replace(model.state, **PINNED_GPU))
     fake_nvml.configure(path)
     sampler = GpuSampler(fake_nvml, pcie_every=1)
     sampler.open()
@@ -181,7 +194,23 @@ def test_the_gpu_collector_gives_the_gpu_samplers_row_through_the_family(
     assert 'gpu="0",uuid="' in text
     rows, _ = rows_from_scrapes(AGENT_GPU, parse_exposition(text), T, None)
     (row,) = rows.values()
-    # THEN every field the family maps is the sampler's value, in the sampler's units
+    # THEN the exposition is in the exporter's units (joules, seconds, watts), written here
+    # by hand: a wrong scale in the family's map fails here though it round-trips below
+    exposed = {
+        name: value for name, labels, value in parse_exposition(text) if labels["gpu"] == "0"
+    }
+    assert exposed["loadkit_gpu_energy_joules_total"] == pytest.approx(4321.0)
+    assert exposed["loadkit_gpu_thermal_violation_seconds_total"] == pytest.approx(2.5)
+    assert exposed["loadkit_gpu_power_watts"] == pytest.approx(212.5)
+    assert exposed["loadkit_gpu_power_limit_watts"] == pytest.approx(700.0)
+    assert exposed["loadkit_gpu_memory_used_bytes"] == 3 * 2**30
+    assert exposed["loadkit_gpu_sm_clock_mhz"] == 1089.0
+    assert exposed["loadkit_gpu_pcie_rx_kilobytes_per_second"] == 1_000_000.0
+    # AND the row parsed back is in the GPU sampler's units (mJ, ns), again by hand ...
+    assert row["energy_mj"] == pytest.approx(4_321_000)
+    assert row["violation_thermal_ns"] == pytest.approx(2_500_000_000)
+    assert row["power_w"] == pytest.approx(212.5) and row["sm_clock_mhz"] == 1089
+    # ... and every field the family maps is the sampler's value, in the sampler's units
     mapped = {m.field for m in AGENT_GPU.metrics}
     for field in mapped - {"clocks_event_reasons"}:
         if direct.get(field) is not None:
