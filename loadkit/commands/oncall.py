@@ -48,8 +48,9 @@ removed first, never one in progress or waiting). It binds 127.0.0.1 unless
 --bind says otherwise; with --token-file, a notification must carry that token
 (Alertmanager's `http_config: authorization`), else 401; an oversized payload
 gets 413, a malformed one 400, each with one log line. SIGTERM (or Ctrl-C)
-lets the analysis in progress finish (up to 60 s, else it is marked
-interrupted and done again at the next start) and exits.
+gives the analysis in progress 5 s to finish, else stops it and marks it
+interrupted (done again at the next start), and exits: within the 10 s that
+`docker stop` and the 30 s that Kubernetes wait.
 
 examples:
   loadkit oncall --prometheus http://prometheus:9090 --out incidents

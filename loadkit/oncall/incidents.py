@@ -66,6 +66,15 @@ class WindowPolicy:
         return max(start, end - int(self.max_window_s * NS)), end
 
 
+_USERINFO = re.compile(r"(://)[^/@\s]+@")
+
+
+def without_credentials(text: str) -> str:
+    """`http://user:pw@prometheus:9090` -> `http://prometheus:9090`, wherever in `text`: an
+    analysis' error is shown on the index and posted to the receivers."""
+    return _USERINFO.sub(r"\1", text)
+
+
 def _quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 

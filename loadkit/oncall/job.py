@@ -5,7 +5,9 @@ an analysis that runs out of memory takes nothing else down. It imports the
 window from Prometheus into `.next/run/`, swaps it in as `run/`, analyzes it,
 writes `analysis.json` (the incident's and the run's) and `report.html`, and
 last `result.json`: the summary the receiver posts. Exit 0, or 2 with one
-line on stderr (the worker keeps it as the incident's error).
+line on stderr (the worker keeps it as the incident's error). Each step is one
+line on stderr first, so that an analysis stopped at its deadline says where it
+stood ("importing ... from http://prometheus:9090").
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from loadkit.analysis.model import Analysis
 from loadkit.analysis.periodicity import run_period
 from loadkit.analysis.pipeline import analyze_run
-from loadkit.oncall.incidents import ANALYSIS_FILE, REPORT_FILE, RUN_DIR
+from loadkit.oncall.incidents import ANALYSIS_FILE, REPORT_FILE, RUN_DIR, without_credentials
 from loadkit.production_window import import_window, parse_selectors
 from loadkit.report import formats
 from loadkit.rundir import load_run
@@ -29,6 +32,15 @@ from loadkit.telemetry.prometheus.client import PrometheusClient
 
 RESULT_FILE = "result.json"
 NEXT_DIR = ".next"  # the window is imported here (as run/), then swapped in
+
+
+def _step(text: str) -> None:
+    """One line on stderr (job.log), any URL's credentials taken out."""
+    print(without_credentials(text), file=sys.stderr)
+
+
+def _iso(ns: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns / 1e9))
 
 
 def summarize(analysis: Analysis) -> dict[str, Any]:
@@ -72,10 +84,12 @@ def run_job(spec: dict[str, Any]) -> dict[str, Any]:
         spec["prometheus"],
         token=Path(token).read_text(encoding="utf-8").strip() if token else None,
     )
+    start_ns, end_ns = int(spec["start_ns"]), int(spec["end_ns"])
+    _step(f"importing {_iso(start_ns)} .. {_iso(end_ns)} from Prometheus at {client.base_url}")
     imported = import_window(
         client,
-        int(spec["start_ns"]),
-        int(spec["end_ns"]),
+        start_ns,
+        end_ns,
         parse_selectors(spec.get("selectors", [])),
         folder / NEXT_DIR,
         RUN_DIR,
@@ -83,12 +97,14 @@ def run_job(spec: dict[str, Any]) -> dict[str, Any]:
         step_s=spec.get("step_s"),
         command_line=["loadkit", "oncall", f"incident {folder.name}"],
     )
-    print(imported.summary, file=sys.stderr)
+    _step(imported.summary)
     run_path = _swap_in(folder)
+    _step("analyzing the window")
     run = load_run(run_path)
     analysis = analyze_run(run)
     analysis.save(run_path / RUN_ANALYSIS_FILE)
     analysis.save(folder / ANALYSIS_FILE)
+    _step("writing the report")
     html = formats.get("html").load().render_report(run, analysis, None)
     write_atomic(folder / REPORT_FILE, html)
     result = summarize(analysis)
@@ -102,7 +118,7 @@ def main(argv: list[str]) -> int:
         run_job(spec)
     except Exception as exc:  # noqa: BLE001 - one line for the incident, whatever it was
         message = str(exc).splitlines()[0] if str(exc) else ""
-        print(f"{type(exc).__name__}: {message}", file=sys.stderr)
+        _step(f"{type(exc).__name__}: {message}")
         return 2
     return 0
 

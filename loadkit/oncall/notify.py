@@ -1,5 +1,8 @@
 """Where a summary is posted: receivers, their formats (a registry), retries with backoff.
 
+A failed analysis (its deadline, Prometheus unreachable, the import) is posted
+too: that it failed, the error in one line, and the incident's URL.
+
 `--notify URL` posts the summary as JSON (`json`); `--notify FORMAT+URL` names
 another format, e.g. `slack+https://hooks.slack.com/services/...` (a Slack
 incoming webhook's `text` and `blocks`; Mattermost and Rocket.Chat take the same).
@@ -31,8 +34,24 @@ Log = Callable[[str], None]
 Summary = Mapping[str, Any]
 
 
+def _failed(summary: Summary) -> bool:
+    """A failed analysis' summary (deadline, Prometheus, the import): no verdict, the error."""
+    return summary.get("outcome", "analyzed") != "analyzed"
+
+
 def summary_text(summary: Summary) -> str:
-    """One paragraph: alert, verdict, first finding with confidence and action, period, URL."""
+    """One paragraph: alert, verdict, first finding with confidence and action, period, URL;
+    or, for a failed analysis, that it failed, why, and the incident's URL."""
+    if _failed(summary):
+        parts = [
+            f"{summary['alert']} ({summary['status']}): the analysis failed, no report: "
+            f"{str(summary['error']).rstrip('.')}.",
+            f"Window: {summary['window']}.",
+            f"Incident: {summary['incident_url']}",
+        ]
+        if summary.get("report_url"):
+            parts.append(f"(the previous report: {summary['report_url']})")
+        return " ".join(parts)
     parts = [f"{summary['alert']} ({summary['status']}): {summary['verdict']}"]
     finding = summary.get("finding")
     if finding:
@@ -60,6 +79,26 @@ def _slack_escape(text: str) -> str:
 
 def slack_body(summary: Summary) -> dict[str, Any]:
     """A Slack incoming webhook's message: `text` (the notification's fallback) and blocks."""
+    if _failed(summary):
+        url = summary["incident_url"]
+        lines = [
+            f"*{_slack_escape(summary['alert'])}* ({summary['status']}): the analysis failed, "
+            "no report",
+            f"*Why:* {_slack_escape(str(summary['error']))}",
+            f"*Window:* {_slack_escape(summary['window'])}",
+        ]
+        return {
+            "text": _slack_escape(summary_text(summary)),
+            "blocks": [
+                {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)}},
+                {
+                    "type": "context",
+                    "elements": [
+                        {"type": "mrkdwn", "text": f"<{url}|the incident> (loadkit oncall)"}
+                    ],
+                },
+            ],
+        }
     finding = summary.get("finding")
     lines = [
         f"*{_slack_escape(summary['alert'])}* ({summary['status']}): "

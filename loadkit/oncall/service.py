@@ -19,11 +19,15 @@ from typing import Any
 from urllib.parse import quote
 
 from loadkit.oncall.incidents import (
+    ANALYZED,
     ANALYZING,
+    DEADLINE,
+    FAILED,
     INTERRUPTED,
     NS,
     PENDING,
     REPORT_FILE,
+    STATE_FILE,
     Incident,
     IncidentStore,
     WindowPolicy,
@@ -148,11 +152,22 @@ class OncallService:
         )
         return Answer(200, f"incident {incident.id} {what}")
 
+    def incident_url(self, incident: Incident) -> str:
+        return f"{self.public_url}/incidents/{quote(incident.id)}/{STATE_FILE}"
+
     def analyzed(self, incident: Incident, result: dict[str, Any] | None) -> None:
-        """The worker's callback: the summary of a finished analysis goes to the receivers."""
-        if result is None or not self.notifier.receivers:
+        """The worker's callback: the summary of a finished analysis goes to the receivers,
+        and so does one of a failed analysis (deadline, Prometheus, the import), so that
+        whoever is paged is not left waiting for a report that will not come. An
+        interrupted one is done again at the next start: nothing is sent."""
+        last = incident.analyses[-1] if incident.analyses else {}
+        outcome = last.get("outcome")
+        if outcome not in (ANALYZED, FAILED, DEADLINE) or not self.notifier.receivers:
             return
-        window = incident.window or incident.window_asked
+        failed = outcome != ANALYZED
+        result = result or {}
+        window = last["window_start_ns"], last["window_end_ns"]
+        has_report = (self.store.path(incident) / REPORT_FILE).exists()
         summary = {
             "incident": incident.id,
             "alert": incident.alertname,
@@ -160,11 +175,15 @@ class OncallService:
             "labels": incident.labels,
             "analysis": len(incident.analyses),
             "final": incident.status == RESOLVED,
-            "verdict": result.get("verdict", ""),
+            "outcome": outcome,  # analyzed, failed or deadline
+            "error": last.get("error") if failed else None,
+            "verdict": "the analysis failed: no report" if failed else result.get("verdict", ""),
             "headline": result.get("headline", ""),
             "finding": result.get("finding"),
             "period_s": result.get("period_s"),
             "window": f"{_iso(window[0])} .. {_iso(window[1])}",
-            "report_url": self.report_url(incident),
+            # a failed re-analysis leaves the previous report in place: still worth a look
+            "report_url": self.report_url(incident) if has_report else None,
+            "incident_url": self.incident_url(incident),
         }
         self.notifier.announce(incident, summary)

@@ -7,7 +7,8 @@ Bounded on every side:
   and at most `max_pending` incidents wait (a new group beyond that is refused
   with a 503, which Alertmanager retries);
 - an incident is analyzed once its window's end is past (`due_ns`);
-- each analysis has a deadline (the child is killed; the incident says so);
+- each analysis has a deadline (the child's process group is killed; the
+  incident says so, with the analysis' last step);
 - after each analysis the incident directories are pruned to the disk budget,
   oldest first, never the one in progress or a queued one.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -37,9 +39,15 @@ from loadkit.oncall.incidents import (
     PENDING,
     Incident,
     IncidentStore,
+    without_credentials,
 )
 
 Log = Callable[[str], None]
+
+# On SIGTERM, how long the analysis in progress may go on: under `docker stop`'s 10 s
+# and Kubernetes' 30 s, so that the stop is ours (the incident marked interrupted, exit 0)
+# and not their SIGKILL. An interrupted analysis is done again at the next start.
+STOP_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -68,8 +76,9 @@ Analyze = Callable[[Job, threading.Event], dict[str, Any]]
 
 
 class ChildAnalysis:
-    """The real analysis: `python -m loadkit.oncall.job` (loadkit/oncall/job.py), killed at
-    its deadline, or when `stop` is set and `stop_grace_s` has passed."""
+    """The real analysis: `python -m loadkit.oncall.job` (loadkit/oncall/job.py), in a
+    process group of its own, killed whole at its deadline, or when `stop` is set and
+    `stop_grace_s` has passed."""
 
     def __init__(
         self,
@@ -77,7 +86,7 @@ class ChildAnalysis:
         static_selectors: tuple[str, ...] = (),
         step_s: float | None = None,
         prometheus_token_file: str | None = None,
-        stop_grace_s: float = 60.0,
+        stop_grace_s: float = STOP_GRACE_S,
     ) -> None:
         self.prometheus = prometheus
         self.static_selectors = static_selectors
@@ -102,49 +111,94 @@ class ChildAnalysis:
         spec_file.write_text(json.dumps(spec), encoding="utf-8")
         result_file = job.incident_dir / RESULT_FILE
         result_file.unlink(missing_ok=True)
-        with (job.incident_dir / JOB_LOG).open("ab") as log:
+        log_path = job.incident_dir / JOB_LOG
+        with log_path.open("ab") as log:
+            output_from = log.tell()  # this analysis' own lines: job.log keeps every one
             proc = lifeline.popen(
                 [sys.executable, "-m", "loadkit.oncall.job", str(spec_file)],
                 stdout=log,
                 stderr=log,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,  # its group is killed whole; a terminal's ^C is ours
             )
             outcome = self._wait(proc, job, stop)
-        if outcome is not None:
-            raise AnalysisFailed(*outcome)
+        last = _last_line(log_path, output_from)
+        if outcome == DEADLINE:
+            raise AnalysisFailed(
+                DEADLINE,
+                f"stopped at its deadline ({job.deadline_s:g} s) before it finished"
+                + (f"; its last step: {last}" if last else ""),
+            )
+        if outcome == INTERRUPTED or (stop.is_set() and proc.returncode < 0):
+            # ours, or the service manager's SIGTERM to every process of the unit (systemd)
+            raise AnalysisFailed(INTERRUPTED, "loadkit oncall stopped before the analysis finished")
         if proc.returncode != 0 or not result_file.exists():
-            raise AnalysisFailed(FAILED, _last_line(job.incident_dir / JOB_LOG))
+            raise AnalysisFailed(FAILED, _failure(proc.returncode, last))
         result: dict[str, Any] = json.loads(result_file.read_text(encoding="utf-8"))
         return result
 
-    def _wait(
-        self, proc: subprocess.Popen[bytes], job: Job, stop: threading.Event
-    ) -> tuple[str, str] | None:
+    def _wait(self, proc: subprocess.Popen[bytes], job: Job, stop: threading.Event) -> str | None:
+        """None when the child exited by itself; else DEADLINE or INTERRUPTED, the child's
+        group killed."""
         deadline = time.monotonic() + job.deadline_s
         stop_by: float | None = None
         while proc.poll() is None:
             now = time.monotonic()
             if stop.is_set() and stop_by is None:
                 stop_by = now + self.stop_grace_s
-            if now >= deadline or (stop_by is not None and now >= stop_by):
-                lifeline.stop(proc)
-                if stop_by is not None and now >= stop_by:
-                    return INTERRUPTED, "loadkit oncall stopped before the analysis finished"
-                return (
-                    DEADLINE,
-                    f"the analysis took longer than its deadline ({job.deadline_s:g} s)",
-                )
-            time.sleep(0.2)
+            if now >= deadline:
+                stop_group(proc)
+                return DEADLINE
+            if stop_by is not None and now >= stop_by:
+                stop_group(proc)
+                return INTERRUPTED
+            time.sleep(0.1)
         return None
 
 
-def _last_line(path: Path) -> str:
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 3.0) -> None:
+    """SIGTERM the child's process group, SIGKILL what is left after `grace_s`: anything
+    the analysis started goes with it (`lifeline.stop` reaches the child alone)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            continue
+        if sig == signal.SIGTERM:  # the child is gone: its own children, if any, go now
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        break
+    proc.wait()
+
+
+def _last_line(path: Path, offset: int) -> str:
+    """The child's last line after `offset`, credentials taken out of any URL in it (it is
+    shown on the index and posted to the receivers)."""
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        with path.open("rb") as log:
+            log.seek(offset)
+            text = log.read().decode("utf-8", errors="replace")
     except OSError:
-        return "the analysis failed (no log)"
-    return lines[-1][:500] if lines else "the analysis failed (no output)"
+        return ""
+    lines = text.strip().splitlines()
+    return without_credentials(lines[-1].strip())[:500] if lines else ""
+
+
+def _failure(returncode: int, last: str) -> str:
+    """One line for an analysis that ended without a report: its error, or how it died."""
+    if returncode < 0:
+        died = f"the analysis process was killed by {signal.Signals(-returncode).name}"
+        if returncode == -signal.SIGKILL:
+            died += " (out of memory?)"
+        return died + (f"; its last output: {last}" if last else "")
+    return last or f"the analysis exited with status {returncode} and no output"
 
 
 @dataclass(frozen=True)

@@ -277,7 +277,9 @@ def test_target_restarted_mid_run_came_back_and_its_counters_reset(tmp_path: Pat
     analysis = json.loads((run_dir / "analysis.json").read_text())
     top = analysis["findings"][0]
     evidence = {e["name"]: e["value"] for e in top["evidence"]}
-    assert top["cause"] == "target_unreachable" and evidence["came_back"] == 1
+    assert top["cause"] == "target_unreachable" and evidence["came_back"] == 1, [
+        (f["cause"], f["confidence"], f["summary"][:160]) for f in analysis["findings"]
+    ]
     back_s = (back_ns - run.start_ns) / 1e9
     assert evidence["back_s"] <= back_s + 2.0, (evidence, back_s)
     assert any("counter reset" in n for n in analysis["notes"]), analysis["notes"]

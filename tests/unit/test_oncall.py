@@ -204,11 +204,12 @@ def oncall(
     receivers: list[Receiver] = (),  # type: ignore[assignment]
     token: str | None = None,
     settle_s: float = 0.3,
+    bounds: Bounds | None = None,
 ) -> Iterator[tuple[OncallService, str, list[str]]]:
     logs: list[str] = []
     store = IncidentStore(out)
     notifier = Notifier(store, list(receivers), logs.append, RetryPolicy(4, 0.05, 2.0))
-    worker = Worker(store, analyze, lambda i, r: None, logs.append, Bounds())
+    worker = Worker(store, analyze, lambda i, r: None, logs.append, bounds or Bounds())
     service = OncallService(
         store, worker, notifier, WindowPolicy(60, settle_s, 10**8), "", log=logs.append
     )
