@@ -487,13 +487,36 @@ _RANK = {"strong": 0, "moderate": 1, "weak": 2}
 
 def finding_order(f: Finding) -> tuple[bool, bool, int, int, float]:
     """Leads last: a weak finding never outranks a moderate or strong one (it is what the
-    headline names). Above weak, causes of the spikes before standing conditions."""
+    headline names, unless `spikes_lead`). Above weak, causes of the spikes before
+    standing conditions."""
     return (
         f.confidence == "weak",
         not f.episodes,
         _RANK[f.confidence],
         -len(f.episodes),
         -f.coincidence,
+    )
+
+
+def spikes_lead(findings: Sequence[Finding]) -> bool:
+    """Whether a summary speaks of the spike episodes before the first finding (ranked).
+
+    A standing condition has no episodes of its own (`_run_level_outcome`): it is
+    there all run long. Where the run had no spike episodes (`episodes_total` 0) it
+    is what raised every request (a batching window) and leads. Where episodes came
+    and went it does not say why they came: if no finding explains them above weak,
+    the episodes lead, left open, and the standing condition follows (a standing 2 ms
+    batching window headlined a run whose P99 reached 227 ms, issue 51).
+    """
+    if not findings:
+        return False
+    top = findings[0]
+    explained = any(f.episodes and _RANK[f.confidence] < _RANK["weak"] for f in findings)
+    return (
+        not top.episodes
+        and top.episodes_total > 0
+        and BY_ID[top.cause].kind != ERRORS
+        and not explained
     )
 
 
@@ -517,7 +540,9 @@ def rank_findings(findings: Sequence[Finding]) -> list[Finding]:
     Error findings (failed requests) rank by their own confidence like any finding:
     at the same level before the latency findings, the larger share of the run's
     requests first. One that is a cause's consequence (`Finding.consequence_of`)
-    comes right after that cause.
+    comes right after that cause, and so does a residual over mostly the episodes of
+    a cause that lists it among its consequences (a stall's drain holds back the load
+    generator on its host: "Load generator fell behind" is what the stall did).
     """
     specific = [f for f in findings if BY_ID[f.cause].kind != UNEXPLAINED and f.episodes]
     ranked: list[Finding] = []
@@ -532,6 +557,12 @@ def rank_findings(findings: Sequence[Finding]) -> list[Finding]:
             continue
         floor = max(_RANK[s.confidence] for s in over)  # the least confident of them
         level = CONFIDENCES[max(_RANK[f.confidence], floor)]
+        made_by = next((s for s in over if f.cause in BY_ID[s.cause].consequences), None)
+        if made_by is not None:  # what that cause does (`Cause.consequences`): right after it
+            note = f" A consequence of {made_by.title.lower()} ({made_by.cause}), in its episodes."
+            f = replace(f, confidence=level, consequence_of=made_by.cause)
+            ranked.append(replace(f, summary=f.summary + note))
+            continue
         causes = ", ".join(sorted({s.title for s in over}))
         note = f" Ranked after {causes}, whose signature holds in the same spike episodes."
         ranked.append(replace(f, confidence=level, summary=f.summary + note))
@@ -579,10 +610,38 @@ def _rank_key(f: Finding) -> tuple[bool, bool, int, bool, float, int, float]:
     )
 
 
-# Failed requests of an error class that fall in a cause's windows (one window either side:
-# the error counts are on whole seconds, and a timeout fires its timeout after the request
-# was sent) in at least this share are that cause's consequence.
+# Failed requests of an error class are a found cause's consequence where they fall in its
+# windows (one window either side: the error counts are on whole seconds, and a timeout
+# fires its timeout after the request was sent) more than those windows' share of the run
+# makes likely by chance: at least CONSEQUENCE_SHARE of the failures inside, and the
+# seconds with failures inside them at a binomial tail of at most CONSEQUENCE_P against
+# the windows' coverage. Seconds, not requests, are the trials: failures come in bursts
+# (a full queue refuses hundreds in a second), and one burst that happens to land in the
+# windows is one coincidence, not hundreds.
 CONSEQUENCE_SHARE = 0.5
+CONSEQUENCE_P = 0.01
+
+
+@dataclass(frozen=True)
+class _Overlap:
+    """How an error class's failures fall in a cause's windows."""
+
+    share: float  # of the failed requests, inside the windows
+    coverage: float  # of the run's windows, the cause's
+    p_value: float  # the seconds with failures inside, against `coverage` by chance
+
+
+def _overlap(failed: np.ndarray, holds: np.ndarray) -> _Overlap:
+    """Failures per window against the windows where a cause holds (`CONSEQUENCE_P`)."""
+    near = reach(holds)
+    near[:-1] |= near[1:]  # and the window before
+    total = float(np.nansum(failed))
+    share = float(np.nansum(failed[near])) / total if total > 0 else 0.0
+    coverage = float(near.mean()) if near.size else 0.0
+    failing = np.nan_to_num(failed, nan=0.0) > 0
+    inside = int(np.sum(failing & near))
+    p_value = float(stats.binom.sf(inside - 1, int(failing.sum()), coverage)) if inside else 1.0
+    return _Overlap(share, coverage, p_value)
 
 
 def consequences(
@@ -595,29 +654,38 @@ def consequences(
     """`failed` with each error finding that a found cause's windows hold marked as its consequence.
 
     A cause lists the error classes it can make (`Cause.consequences`: a stall longer
-    than the client's timeout times requests out). Where most of a class's failed
-    requests fall in the windows where that cause's signature holds, the error
-    finding names it, and `rank_findings` lists it right after the cause: the stall
-    is the finding, the timeouts what it did.
+    than the client's timeout times requests out). Where a class's failed requests
+    fall in the windows where that cause's signature holds beyond what the windows'
+    coverage of the run explains (CONSEQUENCE_SHARE, CONSEQUENCE_P), the error finding
+    names it, and `rank_findings` lists it right after the cause: the stall is the
+    finding, the timeouts what it did. Only a cause rated moderate or above makes
+    consequences (a weak lead is not yet a cause), and of several the one holding the
+    larger share of the failures is named, not the first listed.
     """
+    # Rated as the reader sees them: a residual ranked after a weak cause is weak too.
+    ranked = [f for f in rank_findings(findings) if _RANK[f.confidence] <= _RANK["moderate"]]
     out = []
     for f in failed:
         per_window = signature_of(BY_ID[f.cause], sig, baseline).metric
-        total = float(np.nansum(per_window)) if per_window is not None else 0.0
-        for cause in findings:
-            if f.cause not in BY_ID[cause.cause].consequences or cause.cause not in holds:
-                continue
-            assert per_window is not None
-            near = reach(holds[cause.cause])
-            near[:-1] |= near[1:]  # and the window before
-            share = float(np.nansum(per_window[near])) / total if total > 0 else 0.0
-            if share >= CONSEQUENCE_SHARE:
-                note = (
-                    f" A consequence of {cause.title.lower()} ({cause.cause}): {share:.0%} of these "
-                    "failures fell in its windows."
-                )
-                f = replace(f, consequence_of=cause.cause, summary=f.summary + note)
-                break
+        candidates = [
+            (_overlap(per_window, holds[cause.cause]), cause)
+            for cause in ranked
+            if per_window is not None
+            and f.cause in BY_ID[cause.cause].consequences
+            and cause.cause in holds
+        ]
+        linked = [
+            (o, cause)
+            for o, cause in candidates
+            if o.share >= CONSEQUENCE_SHARE and o.p_value <= CONSEQUENCE_P
+        ]
+        if linked:
+            o, cause = max(linked, key=lambda c: (c[0].share, -c[0].coverage))
+            note = (
+                f" A consequence of {cause.title.lower()} ({cause.cause}): {o.share:.0%} of these "
+                f"failures fell in its windows, which cover {o.coverage:.0%} of the run."
+            )
+            f = replace(f, consequence_of=cause.cause, summary=f.summary + note)
         out.append(f)
     return out
 
@@ -867,4 +935,5 @@ __all__ = [
     "score",
     "signals_for",
     "signature_of",
+    "spikes_lead",
 ]

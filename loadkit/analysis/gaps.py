@@ -23,9 +23,11 @@ import pandas as pd
 
 from loadkit.analysis.align import NS, WindowGrid
 
-# Shortest gap that can be a stall: 0.2 s, or 5x the typical service time.
-MIN_GAP_S = 0.2
+# Shortest gap that can be a stall: 5x the typical service time and twice the run's usual
+# P99, relative to the run (it was at least 0.2 s: a 0.2 s stop's gaps, some a few ms
+# shorter, were half dropped, and a 0.15 s one was never seen; issue 51).
 MIN_GAP_SERVICE_MULTIPLE = 5.0
+MIN_GAP_TAIL_MULTIPLE = 2.0
 # The recorder writes gaps from this length up (docs/run-format.md).
 RECORDED_GAP_NS = 50_000_000
 
@@ -56,20 +58,41 @@ class CompletionGaps:
         return out
 
     def longest_per_window(self, grid: WindowGrid) -> np.ndarray:
-        """The longest gap (whole length, seconds) touching each window; 0 where none."""
+        """The longest gap (whole length, seconds) per window that its requests complete in; 0
+        where none.
+
+        Latency is recorded by completion time: the requests a gap holds complete
+        at its end, in the window it ends in. The window it began in, where it
+        ends later, completed its requests before the stop and shows nothing of
+        it; marked, it read as a stall without a spike (issue 51). The windows
+        between have no completions. So: from the window after its start's
+        through its end's, or its one window.
+        """
         out = np.zeros(grid.n)
         for a, b in self.spans_ns:
-            lo = max(0, int((a - grid.start_ns) // grid.window_ns))
-            hi = min(grid.n - 1, int((b - 1 - grid.start_ns) // grid.window_ns))
+            first = int((a - grid.start_ns) // grid.window_ns)
+            last = int((b - 1 - grid.start_ns) // grid.window_ns)
+            lo = max(0, min(first + 1, last))
+            hi = min(grid.n - 1, last)
             if hi >= lo:
                 out[lo : hi + 1] = np.maximum(out[lo : hi + 1], (b - a) / NS)
         return out
 
 
-def min_gap_s(typical_service_ms: float | None) -> float:
-    """The shortest gap that counts as a stall for this run's service time."""
+def min_gap_s(typical_service_ms: float | None, usual_p99_ms: float | None) -> float:
+    """The shortest gap that counts as a stall for this run's service time and usual P99.
+
+    Requests caught in a stop wait its length: a stop within the run's usual tail
+    raises no spike, and a slow request alone makes a gap as long as it takes.
+    Never below what the recorder writes (RECORDED_GAP_NS).
+    """
     service_s = (typical_service_ms or 0.0) / 1000.0
-    return max(MIN_GAP_S, MIN_GAP_SERVICE_MULTIPLE * service_s)
+    tail_s = (usual_p99_ms or 0.0) / 1000.0
+    return max(
+        RECORDED_GAP_NS / NS,
+        MIN_GAP_SERVICE_MULTIPLE * service_s,
+        MIN_GAP_TAIL_MULTIPLE * tail_s,
+    )
 
 
 def _intersect(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -119,8 +119,19 @@ def _array(values: Series) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], dtype=float)
 
 
+# The recorder's intervals (latency histograms, load rows): whole wall-clock seconds.
+RECORDER_INTERVAL_NS = NS
+
+
 def _time_bounds(run: Run, intervals: IntervalCounts) -> tuple[int, int] | None:
-    """Run start and end: the manifest's, else the data's."""
+    """Run start and end: the manifest's, else the data's; the start on the recorder's edges.
+
+    The recorder's intervals are whole wall-clock seconds, and a run starts a
+    fraction into one. A grid from the run's own start put each interval (latency,
+    load counters) in the window its first instant fell in, up to a whole window
+    before the gaps and telemetry of the same moment (issue 51: a stall's spike one
+    window before its gap). The grid starts on the interval edge at or before it.
+    """
     starts: list[int] = []
     ends: list[int] = []
     if intervals.first_start_ns is not None and intervals.last_end_ns is not None:
@@ -134,6 +145,8 @@ def _time_bounds(run: Run, intervals: IntervalCounts) -> tuple[int, int] | None:
     end = run.info.end_ns or (max(ends) if ends else run.end_ns)
     if start is None or end is None or end <= start:
         return None
+    if starts:
+        start -= (start - starts[0]) % RECORDER_INTERVAL_NS
     return int(start), int(end)
 
 
@@ -969,7 +982,8 @@ def headline(
     percentile: str,
     period_percentile: str | None = None,
 ) -> str:
-    """One sentence: verdict and the top finding."""
+    """One sentence: verdict and the top finding, or the spike episodes that no finding explains
+    above weak, before a standing condition (`attribution.spikes_lead`)."""
     state = "PASS" if verdict.passed else "FAIL"
     if not findings:
         return f"{state}. No cause found for latency spikes." if not verdict.passed else f"{state}."
@@ -979,15 +993,33 @@ def headline(
     periodic = f" every {period_s:.0f} s" if period_s else ""
     if period_s and period_percentile and period_percentile != percentile:
         periodic += f" (period seen in {period_percentile.upper()})"
+    if attr.spikes_lead(findings):
+        return f"{state}. {_open_spikes(findings, percentile, periodic)}."
     n = len(top.episodes)
     scope = (
         f"{n} {percentile.upper()} spike episode{'s' if n != 1 else ''}{periodic}"
         if n
         else "a standing condition"
     )
-    made = [f for f in findings if f.consequence_of == top.cause]
+    made = [f for f in findings if f.consequence_of == top.cause and causes.is_error(f.cause)]
     consequence = "".join(f"; {_failures(f)} as its consequence" for f in made)
     return f"{state}. {top.title} ({top.confidence}) explains {scope}{consequence}."
+
+
+def _open_spikes(findings: list[Finding], percentile: str, periodic: str) -> str:
+    """ "5 P99 spike episodes, no cause above weak; ...; standing condition: ...": the
+    spikes no finding explains, their likeliest lead, then the standing conditions."""
+    n = findings[0].episodes_total
+    text = f"{n} {percentile.upper()} spike episode{'s' if n != 1 else ''}{periodic}"
+    lead = next((f for f in findings if f.episodes), None)
+    if lead is None:
+        text += ", no cause found"
+    else:
+        where = f"in {len(lead.episodes)} of them" if n != 1 else "in it"
+        text += f", no cause above weak; the likeliest: {lead.title} ({lead.confidence}) {where}"
+    standing = [f for f in findings if not f.episodes and not causes.is_error(f.cause)]
+    listed = ", ".join(f"{f.title} ({f.confidence})" for f in standing)
+    return text + f"; standing condition{'s' if len(standing) != 1 else ''}: {listed}"
 
 
 def _failures(finding: Finding) -> str:

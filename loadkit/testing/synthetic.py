@@ -116,6 +116,10 @@ class RunSpec:
     # of a request's round trip, half on the way there and half back; no host signal.
     network_delays: tuple[FaultWindow, ...] = ()
     stalls: tuple[FaultWindow, ...] = ()  # server process stopped (SIGSTOP)
+    # The load generator shares the stalled server's host: as the server drains its
+    # backlog after a stall, the generator's loop is held for this share of the stall's
+    # length, and arrivals due then go out late (load rows record the dispatch lag).
+    drain_send_lag: float = 0.0
     # the model itself slows (GC, data-dependent work): compute x strength, no telemetry signal
     model_slowdowns: tuple[FaultWindow, ...] = ()
     # host-device copies grow (large payloads, unpinned memory): strength = extra ms of
@@ -431,6 +435,10 @@ def simulate(spec: RunSpec) -> Simulated:
     client_extra = _client_delays(spec, intended, rng)
     conn_new, handshake = _new_connections(spec, intended, rng)
     sent = intended + client_extra * 0.5
+    for stall in spec.stalls if spec.drain_send_lag else ():
+        held_until = stall.end_s + spec.drain_send_lag * (stall.end_s - stall.start_s)
+        held = (intended >= stall.end_s) & (intended < held_until)
+        sent[held] = np.maximum(sent[held], held_until)
     path = _path_delays(spec, intended, rng)
     at_server = sent + 0.0002 + handshake + path / 2
     served = _serve(spec, at_server, rng, io_rng)
@@ -503,23 +511,27 @@ def completion_gaps(
 def _write_latency_and_load(
     run_dir: Path, spec: RunSpec, sim: Simulated, start_ns: int, rng: np.random.Generator
 ) -> None:
-    seconds = int(math.ceil(spec.duration_s))
+    # The recorder's intervals are whole wall-clock seconds, whatever the run's start:
+    # interval s holds what happened `into` seconds before the run's start + s.
+    into = (start_ns % NS) / NS
+    seconds = int(math.ceil(spec.duration_s + into))
     last_second = seconds + 10  # completions after the end (a drained backlog)
     for p in range(spec.processes):
         name = "local" if spec.processes == 1 else f"worker-{p + 1}"
         mine = sim.process == p
-        hlog = IntervalLogWriter(run_dir / LATENCY_DIR / f"{name}.hlog", start_ns)
+        hlog = IntervalLogWriter(run_dir / LATENCY_DIR / f"{name}.hlog", start_ns - start_ns % NS)
         load = JsonlWriter(run_dir / LOAD_DIR / f"{name}.jsonl")
         samples = JsonlWriter(run_dir / REQUESTS_DIR / f"{name}.jsonl")
-        done_sec = np.floor(sim.done).astype(int)
-        int_sec = np.floor(sim.intended).astype(int)
+        done_sec = np.floor(sim.done + into).astype(int)
+        int_sec = np.floor(sim.intended + into).astype(int)
         gaps_by_sec: dict[int, list[list[int]]] = {}
         for a, b in completion_gaps(sim.sent[mine], sim.done[mine]):
-            gaps_by_sec.setdefault(int(math.floor(b)), []).append(
+            gaps_by_sec.setdefault(int(math.floor(b + into)), []).append(
                 [_ns(start_ns, a), _ns(start_ns, b)]
             )
         for s in range(last_second):
-            lo, hi = _ns(start_ns, s), _ns(start_ns, s + 1)
+            lo = start_ns - start_ns % NS + s * NS
+            hi = lo + NS
             completing = np.nonzero(mine & (done_sec == s))[0]
             oks = completing[sim.ok[completing]]
             corrected = new_histogram()
@@ -538,7 +550,8 @@ def _write_latency_and_load(
                 hlog.write("service:infer", lo, hi, service)
             offered = int(np.count_nonzero(mine & (int_sec == s)))
             if s < seconds or offered or len(completing):
-                in_flight = int(np.count_nonzero(mine & (sim.sent < s + 1) & (sim.done >= s + 1)))
+                end = s + 1 - into
+                in_flight = int(np.count_nonzero(mine & (sim.sent < end) & (sim.done >= end)))
                 errors = int(len(completing) - len(oks))
                 failed = completing[~sim.ok[completing]]
                 error_kinds: dict[str, int] = {}
@@ -561,6 +574,10 @@ def _write_latency_and_load(
                 }
                 if spec.record_gaps:
                     load_row["completion_gaps"] = gaps_by_sec.get(s, [])
+                if spec.drain_send_lag:
+                    due = mine & (int_sec == s)
+                    late = sim.sent[due] - sim.intended[due]
+                    load_row["dispatch_lag_max_ms"] = float(late.max()) * 1000 if late.size else 0.0
                 load.write(load_row)
             picked = completing
             if len(picked) > spec.request_samples_per_s:

@@ -19,7 +19,7 @@ import pandas as pd
 from scipy import stats
 
 from loadkit.analysis.align import NS, WindowGrid, make_grid
-from loadkit.analysis.gaps import CompletionGaps, min_gap_s
+from loadkit.analysis.gaps import MIN_GAP_SERVICE_MULTIPLE, CompletionGaps, min_gap_s
 from loadkit.analysis.model import Evidence, Finding, SeriesPlace
 from loadkit.analysis.noise import EFFECT_MOVED, above_spread
 from loadkit.analysis.places import CLIENT_SIDE, SERVER_SIDE, on_loadkit_machine, sources_at
@@ -289,7 +289,10 @@ class Cause:
     # stall, a quota, a capped clock alike), so every latency cause can make timeouts; an
     # error cause makes none. Such an error finding is listed right after this cause's
     # finding and says so (`attribution.consequences`, which asks the evidence: most of
-    # the class's failures must fall in the cause's windows).
+    # the class's failures in the cause's windows, beyond the share of the run they cover,
+    # and the cause rated moderate or above). A residual listed here (a stall holds back
+    # a load generator on its host as the server drains) is its consequence where it
+    # explains mostly the cause's episodes (`attribution.rank_findings`).
     consequences: tuple[str, ...] = (CAUSE_TIMEOUTS_ID,)
 
     @property
@@ -627,17 +630,26 @@ def stall_gaps(
     sig: Signals, baseline: np.ndarray
 ) -> tuple[CompletionGaps, np.ndarray, float] | None:
     """The completion gaps long enough to be a stop, the longest of them per window (0:
-    none) and that length (`gaps.min_gap_s` of the run's median service time); None
-    without gaps.
+    none) and that length (`gaps.min_gap_s` of the baseline's median service time and
+    P99); None without gaps.
 
     One rule for process_stall, which names them, and cpu_saturation, which leaves them out.
     """
     if sig.gaps is None:
         return None
     grid = WindowGrid(int(sig.starts_ns[0]), int(round(sig.window_s * NS)), sig.n)
-    threshold = min_gap_s(median(sig.service_p50_ms, baseline))
+    threshold = min_gap_s(median(sig.service_p50_ms, baseline), median(sig.p99_ms, baseline))
     gaps = sig.gaps.longer_than(threshold)
-    return gaps, gaps.longest_per_window(grid), threshold
+    longest = gaps.longest_per_window(grid)
+    # A gap of a few batches' time is the server working slowly (large copies, a slow
+    # model: the same multiple of the time Triton took per request in that window, which
+    # is its batch's), not stopped; a stop adds its length to one batch at most.
+    tr = sig.triton
+    per_request = None if tr is None else tr.compute_total_ms
+    if per_request is not None:
+        working_s = MIN_GAP_SERVICE_MULTIPLE * np.nan_to_num(per_request, nan=0.0) / 1000.0
+        longest = np.where(longest >= working_s, longest, 0.0)
+    return gaps, longest, threshold
 
 
 def server_starved(sig: Signals, baseline: np.ndarray) -> np.ndarray | None:

@@ -1,10 +1,10 @@
 """Process stall: nothing completes for a span while requests are in flight, then the backlog drains.
 
 The evidence is finer than a window: completion gaps (`loadkit/analysis/gaps.py`)
-of at least 0.2 s, or 5x the typical service time, wherever they fall relative
-to window edges. A gap during which the load generator itself fell behind
-(its arrival scheduler's lateness is half the gap or more) is the generator
-stopping, not the server. Runs without gap data fall back to windows that
+of at least 5x the typical service time and twice the usual P99, in the window
+their requests complete in. A gap during which the load generator itself
+stopped (its arrival scheduler late by nearly the whole gap, `_generator_stopped`)
+is the generator stopping, not the server. Runs without gap data fall back to windows that
 complete under 10 % of their arrivals and then catch up.
 """
 
@@ -15,6 +15,7 @@ import numpy as np
 from loadkit.analysis.align import NS
 from loadkit.analysis.causes.base import (
     BUSY_CORES_SHARE,
+    CAUSE_TIMEOUTS_ID,
     Cause,
     Signals,
     Signature,
@@ -28,13 +29,14 @@ from loadkit.analysis.causes.base import (
     server_starved,
     stall_gaps,
 )
+from loadkit.analysis.causes.unexplained import CAUSE_GENERATOR
 from loadkit.analysis.model import CAUSE_PROCESS_STALL, Evidence
 
 LEAD_WINDOWS = 2
 STALL_THROUGHPUT_SHARE = 0.1
 # A window completing under half its arrivals is part of a stop's onset, not its "before".
 STALL_ONSET_SHARE = 0.5
-GENERATOR_LAG_SHARE = 0.5  # dispatch lateness >= half the gap: the generator stopped
+GENERATOR_LAG_SHARE = 0.5  # the least share of the gap a stopped generator is late by
 
 
 def signature(sig: Signals, baseline: np.ndarray) -> Signature:
@@ -51,32 +53,31 @@ def _gap_signature(sig: Signals, baseline: np.ndarray) -> Signature:
     assert stalls is not None
     gaps, longest, threshold = stalls
     holds = (longest > 0).astype(float)
-    generator_windows = np.zeros(sig.n, dtype=bool)
-    if sig.dispatch_lag_ms is not None:
-        lag_s = np.nan_to_num(sig.dispatch_lag_ms, nan=0.0) / 1000.0
-        generator_windows = (longest > 0) & (lag_s >= GENERATOR_LAG_SHARE * longest)
-        holds[generator_windows] = 0.0
+    generator_windows = _generator_stopped(sig, longest)
+    holds[generator_windows] = 0.0
     # A gap while the server's CPU was taken from it (cores saturated, or its
     # cgroup throttled, where that is not the usual state of the run), or while
     # the server was preempted far more per CPU-second than usual (runnable but
     # kept off the CPU), is CPU starvation: cpu_saturation's or
     # cgroup_throttling's, not a stop.
-    starved = np.zeros(sig.n, dtype=bool)
     host = sig.host
+    # From counters (run delay or preemptions, the cgroup's throttled periods): one
+    # window either side, for host samples are coarser than the gaps, and a counter's
+    # increase is spread over its sampling interval.
+    taken = np.zeros(sig.n, dtype=bool)
     preempted = server_starved(sig, baseline)
     if preempted is not None:  # the server was runnable and preempted: not stopped
-        # One window either side: host samples are coarser than the gaps, and a
-        # counter's increase is spread over its sampling interval.
-        hit = np.nan_to_num(preempted, nan=0.0) > 0
-        starved |= hit | np.roll(hit, 1) & (np.arange(sig.n) > 0)
-        starved |= np.roll(hit, -1) & (np.arange(sig.n) < sig.n - 1)
+        taken |= np.nan_to_num(preempted, nan=0.0) > 0
+    throttled = None if host is None else quota_throttled(host, baseline)
+    if throttled is not None:  # beyond the run's own throttling: cgroup_throttling's
+        taken |= np.nan_to_num(throttled, nan=0.0) > 0
+    starved = taken.copy()
+    starved[1:] |= taken[:-1]
+    starved[:-1] |= taken[1:]
     if host is not None and host.has_per_core:
         busy = np.nan_to_num(host.busy_core_frac, nan=0.0) >= BUSY_CORES_SHARE
         if (median(host.busy_core_frac, baseline) or 0.0) < BUSY_CORES_SHARE:
             starved |= busy
-    throttled = None if host is None else quota_throttled(host, baseline)
-    if throttled is not None:  # beyond the run's own throttling: cgroup_throttling's
-        starved |= np.nan_to_num(throttled, nan=0.0) > 0
     starved &= longest > 0
     holds[starved] = 0.0
     lengths = (gaps.spans_ns[:, 1] - gaps.spans_ns[:, 0]) / NS if len(gaps.spans_ns) else None
@@ -93,7 +94,7 @@ def _gap_signature(sig: Signals, baseline: np.ndarray) -> Signature:
             Evidence("stall_median_in_episodes", median(longest, in_ep), "s"),
             Evidence("stalls_total", float(len(gaps.spans_ns)), "gaps", gaps.source),
             Evidence("stall_shortest", float(lengths.min()) if lengths is not None else None, "s"),
-            Evidence("stall_threshold", threshold, "s", "max(0.2 s, 5x median service time)"),
+            Evidence("stall_threshold", threshold, "s", "5x median service time, 2x usual P99"),
             Evidence("stall_windows_in_baseline", float((base & (holds > 0)).sum()), "windows"),
             Evidence(
                 "cpu_starved_gap_windows",
@@ -110,6 +111,26 @@ def _gap_signature(sig: Signals, baseline: np.ndarray) -> Signature:
         ]
 
     return Signature(CAUSE_PROCESS_STALL, holds, longest, evidence)
+
+
+def _generator_stopped(sig: Signals, longest: np.ndarray) -> np.ndarray:
+    """Per window: its gap is the load generator stopping, not the server.
+
+    A generator stopped for the whole gap sends the first arrival due in it late
+    by the gap less the wait for that arrival (one spacing between arrivals at
+    most, on average): its scheduler's lateness is nearly the gap. One held only
+    after the gap, as the server drains its backlog on a shared host, is late by
+    less: the stall's consequence, not its cause (issue 51: a 0.2 s stop whose
+    drain held the generator 0.12 s was read as the generator's). At low rates,
+    where an arrival is rarely due in a gap, at least half the gap.
+    """
+    if sig.dispatch_lag_ms is None:
+        return np.zeros(sig.n, dtype=bool)
+    lag_s = np.nan_to_num(sig.dispatch_lag_ms, nan=0.0) / 1000.0
+    with np.errstate(divide="ignore"):
+        spacing_s = 1.0 / np.nan_to_num(sig.offered_rps, nan=0.0)
+    needed = np.maximum(longest - spacing_s, GENERATOR_LAG_SHARE * longest)
+    return (longest > 0) & (lag_s >= needed)
 
 
 def _window_signature(sig: Signals, baseline: np.ndarray) -> Signature:
@@ -185,4 +206,6 @@ CAUSE = Cause(
     signal=("windows.throughput_rps", "completions/s"),
     fault_events=("stall",),
     per_request="completion gaps (spans with requests in flight and none completing)",
+    # On a shared host the drain after a stop takes the load generator's CPU too.
+    consequences=(CAUSE_TIMEOUTS_ID, CAUSE_GENERATOR),
 )

@@ -11,7 +11,7 @@ import numpy as np
 from loadkit.analysis import attribution
 from loadkit.analysis.causes import BY_ID
 from loadkit.analysis.causes import request_errors as re_
-from loadkit.analysis.causes.base import ErrorCounts
+from loadkit.analysis.causes.base import ErrorCounts, Signals
 from loadkit.commands.analyze import print_summary
 from loadkit.testing.synthetic import ErrorWindow, FaultWindow, RunSpec, demo_spec
 from tests.unit.analysis.test_attribution import _finding
@@ -66,6 +66,7 @@ def test_error_classes_are_ordered_by_the_share_of_requests_they_failed(analyze_
 
 def _stall_spec(timeout_s: float) -> RunSpec:
     # The server stopped for 2.5 s every 15 s; the client gives up after `timeout_s`.
+    # Only a stall rated at least moderate makes consequences (issue 51, item 6).
     stalls = tuple(FaultWindow(t, t + 2.5) for t in (12.0, 27.0, 42.0, 57.0, 72.0))
     return RunSpec(duration_s=90, rate_rps=150, stalls=stalls, timeout_s=timeout_s)
 
@@ -148,3 +149,68 @@ def test_rank_findings_puts_a_consequence_right_after_its_cause():
     timeouts = replace(_finding(re_.CAUSE_TIMEOUTS, "strong", ()), consequence_of="process_stall")
     ranked = attribution.rank_findings([timeouts, stall, thermal])
     assert [f.cause for f in ranked] == ["gpu_clock_thermal", "process_stall", re_.CAUSE_TIMEOUTS]
+
+
+# --- which cause's windows hold the failures (attribution.consequences) ---------------
+
+N = 100  # 1 s windows
+
+
+def _linked(failed: np.ndarray, causes: list[tuple[str, str, int, np.ndarray]]) -> str | None:
+    """The cause the timeouts are linked to, given (cause, confidence, episodes, holds) each."""
+    starts = np.arange(N, dtype=np.int64) * 1_000_000_000
+    ones = np.ones(N)
+    counts = ErrorCounts(0, 1.0, 100 * ones, failed, {"timeout": failed})
+    sig = Signals(1.0, starts, 5 * ones, 4 * ones, 100 * ones, 100 * ones, 100 * ones, ones, {},
+                  None, 8, 2.0, np.zeros(N, bool), error_counts=counts)  # fmt: skip
+    findings = [
+        _finding(c, level, tuple(f"p99#{i}" for i in range(k))) for c, level, k, _ in causes
+    ]
+    timeouts = _finding(re_.CAUSE_TIMEOUTS, "weak", ())
+    holds = {c: h for c, _, _, h in causes}
+    (out,) = attribution.consequences([timeouts], findings, holds, sig, np.ones(N, bool))
+    return out.consequence_of
+
+
+def _spells(*at: int) -> np.ndarray:
+    """A signature holding for 2 windows from each of `at`."""
+    holds = np.zeros(N)
+    for t in at:
+        holds[t : t + 2] = 1.0
+    return holds
+
+
+def test_errors_spread_evenly_are_no_consequence_of_a_cause_covering_most_of_the_run():
+    # GIVEN 3 timeouts every second and a moderate cause whose windows (with the one before
+    # and after) cover 60 % of the run: 60 % of the failures fall in them, as chance has it
+    failed = np.full(N, 3.0)
+    holds = ((np.arange(N) % 10) < 4).astype(float)
+    # THEN they are not its consequence (overlap alone, >= 50 %, linked them before)
+    assert _linked(failed, [("process_stall", "moderate", 3, holds)]) is None
+
+
+def test_errors_concentrated_in_a_moderate_cause_s_windows_are_its_consequence():
+    # GIVEN timeouts only in the 5 spells of a moderate cause (20 % of the run)
+    failed = _spells(10, 30, 50, 70, 90) * 5
+    holds = _spells(10, 30, 50, 70, 90)
+    # THEN they are its consequence
+    assert _linked(failed, [("process_stall", "moderate", 3, holds)]) == "process_stall"
+
+
+def test_of_two_causes_the_one_holding_more_of_the_failures_is_named():
+    # GIVEN timeouts in 5 spells; the thermal clock (listed first, more episodes) holds 3 of
+    # them, the stall all 5; each alone would be linked
+    failed = _spells(10, 30, 50, 70, 90) * 5
+    thermal = ("gpu_clock_thermal", "moderate", 4, _spells(10, 30, 50))
+    stall = ("process_stall", "moderate", 3, _spells(10, 30, 50, 70, 90))
+    assert _linked(failed, [thermal]) == "gpu_clock_thermal"
+    # THEN the stall, with the better overlap, is named
+    assert _linked(failed, [thermal, stall]) == "process_stall"
+
+
+def test_a_weak_cause_makes_no_consequences():
+    # GIVEN the same concentrated timeouts, and their cause only a weak lead
+    failed = _spells(10, 30, 50, 70, 90) * 5
+    holds = _spells(10, 30, 50, 70, 90)
+    # THEN they are linked to nothing: a weak lead is not yet a cause
+    assert _linked(failed, [("process_stall", "weak", 3, holds)]) is None

@@ -127,3 +127,67 @@ def test_the_primary_percentile_is_the_highest_unless_a_lower_one_is_the_periodi
     assert primary_percentile(_episodes("p99", 5) + _episodes("p50", 6), p99_periodic) == "p99"
     assert primary_percentile(_episodes("p99", 7) + _episodes("p50", 6), p50_periodic) == "p99"
     assert primary_percentile([], p50_periodic) == "p99"
+
+
+def _headline(findings: list, period_s: float | None = 3.0) -> str:
+    from loadkit.analysis.attribution import rank_findings
+    from loadkit.analysis.model import Verdict
+    from loadkit.analysis.pipeline import headline
+
+    failed = Verdict(False, (), "default", "")
+    return headline(failed, rank_findings(findings), period_s, "p99")
+
+
+def test_spikes_no_cause_explains_above_weak_lead_the_headline_before_a_standing_condition():
+    from tests.unit.analysis.test_attribution import _finding
+
+    # GIVEN 3 P99 spike episodes, a weak lead in 2 of them and a strong standing condition
+    lead = _finding("cpu_saturation", "weak", ("p99#1", "p99#2"))
+    standing = _finding("batching_window", "strong", ())
+    # THEN the headline speaks of the spikes, left open, and names the standing one after
+    assert _headline([lead, standing]) == (
+        "FAIL. 3 P99 spike episodes every 3 s, no cause above weak; the likeliest: "
+        "cpu_saturation (weak) in 2 of them; standing condition: batching_window (strong)."
+    )
+    # ... and says so where no finding explains any of them
+    assert _headline([standing], None) == (
+        "FAIL. 3 P99 spike episodes, no cause found; standing condition: batching_window (strong)."
+    )
+
+
+def test_a_moderate_cause_of_the_spikes_or_a_run_without_spikes_keeps_its_headline():
+    from dataclasses import replace
+
+    from tests.unit.analysis.test_attribution import _finding
+
+    standing = _finding("batching_window", "strong", ())
+    spikes = _finding("cpu_saturation", "moderate", ("p99#1", "p99#2"))
+    # a moderate cause of the spikes leads, as before
+    assert _headline([standing, spikes]) == (
+        "FAIL. cpu_saturation (moderate) explains 2 P99 spike episodes every 3 s."
+    )
+    # no spike episodes at all: the standing condition is what raised every request
+    calm = replace(standing, episodes_total=0)
+    assert (
+        _headline([calm], None) == "FAIL. batching_window (strong) explains a standing condition."
+    )
+
+
+def test_a_run_s_unexplained_spike_leads_its_headline_before_its_batching_window(analyze_spec):
+    from loadkit.testing.synthetic import FaultWindow
+
+    # GIVEN a 20 ms batching window (standing, strong) and the model slowing 3x once: one
+    # P99 spike episode whose only lead is the residual, weak for a single episode
+    spec = RunSpec(
+        rate_rps=150,
+        max_queue_delay_us=20000,
+        max_batch_size=32,
+        model_slowdowns=(FaultWindow(40, 44, 3.0),),
+    )
+    a = analyze_spec(spec, "batching-and-one-spike")
+    assert a.findings[0].cause == "batching_window", a.findings  # the list keeps its order
+    # THEN the headline speaks of the spike first, and of the batching window after
+    assert a.headline.split(". ", 1)[1] == (
+        "1 P99 spike episode, no cause above weak; the likeliest: Unexplained compute slowdown "
+        "(weak) in it; standing condition: Batching window too long for the load (strong)."
+    ), a.headline
