@@ -30,6 +30,13 @@ MIN_GAP_SERVICE_MULTIPLE = 5.0
 MIN_GAP_TAIL_MULTIPLE = 2.0
 # The recorder writes gaps from this length up (docs/run-format.md).
 RECORDED_GAP_NS = 50_000_000
+# A container over its CPU quota is paused, every thread, until the next quota period
+# (CFS's period: 100 ms by default, in the kernel and in Kubernetes), so a throttled
+# server or load machine makes gaps of up to one period: those are the quota's, read by
+# cgroup_throttling and load_machine_saturated from the counters (a load machine's
+# quota read as a server stop in 0.09 s gaps, session 22). A stop is longer, with a
+# margin for the scheduler's own delay.
+QUOTA_PERIOD_GAP_S = 0.12
 
 
 @dataclass
@@ -84,12 +91,12 @@ def min_gap_s(typical_service_ms: float | None, usual_p99_ms: float | None) -> f
 
     Requests caught in a stop wait its length: a stop within the run's usual tail
     raises no spike, and a slow request alone makes a gap as long as it takes.
-    Never below what the recorder writes (RECORDED_GAP_NS).
+    Never within a CPU quota's period (QUOTA_PERIOD_GAP_S), whose pauses are the quota's.
     """
     service_s = (typical_service_ms or 0.0) / 1000.0
     tail_s = (usual_p99_ms or 0.0) / 1000.0
     return max(
-        RECORDED_GAP_NS / NS,
+        QUOTA_PERIOD_GAP_S,
         MIN_GAP_SERVICE_MULTIPLE * service_s,
         MIN_GAP_TAIL_MULTIPLE * tail_s,
     )

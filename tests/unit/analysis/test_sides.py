@@ -377,3 +377,15 @@ def test_one_saturated_worker_machine_is_named(tmp_path: Path) -> None:
     assert "container throttled" in top.summary
     # AND no server cause reads the worker's machine
     assert _check(a, "cgroup_throttling") == ("not_assessable", SENTENCE)
+
+
+def test_gaps_within_a_quota_period_while_the_load_machine_is_throttled_are_not_a_stall(
+    analyze_spec,
+):
+    # GIVEN the load machine's quota every 9 s, and in each throttled spell a 90 ms span
+    # where the client read no answer: its process paused until the next quota period
+    gaps = tuple(W(13 + 9 * k, 13.09 + 9 * k) for k in range(7))
+    a = analyze_spec(replace(LOAD_QUOTA, target_local=False, stalls=gaps), "load-quota-gaps")
+    # THEN the load machine is named first, and the gaps are not called the server's stop
+    assert a.findings and a.findings[0].cause == LOAD_MACHINE, _causes(a)
+    assert "process_stall" not in _causes(a), a.findings
