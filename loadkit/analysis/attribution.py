@@ -264,6 +264,7 @@ class _StretchNull:
 
     rate: float  # share of the shifted stretches where it holds somewhere
     p_value: float  # the binomial tail at `rate`, or the shifts' share as many where larger
+    compared: str = STRETCHES  # what the episodes were compared with, for the reason
 
 
 def _stretch_null(holds: np.ndarray, base: np.ndarray, hits: _EpisodeHits) -> _StretchNull:
@@ -284,6 +285,8 @@ def _stretch_null(holds: np.ndarray, base: np.ndarray, hits: _EpisodeHits) -> _S
     m = seq.size
     if m == 0 or not hits.tested:
         return _StretchNull(float(seq.mean()) if m else 0.0, 1.0)
+    if m < sum(hits.chances):
+        return _window_null(seq, hits)
     before = np.cumsum(base) - base  # baseline windows before each window
     at = before[np.array(hits.firsts)]
     chances = np.clip(np.array(hits.chances), 1, m)
@@ -296,6 +299,28 @@ def _stretch_null(holds: np.ndarray, base: np.ndarray, hits: _EpisodeHits) -> _S
     as_many = float(np.mean(hit.sum(axis=1) >= explained))
     tail = float(stats.binom.sf(explained - 1, hits.tested, rate))
     return _StretchNull(rate, max(tail, as_many))
+
+
+# What a baseline too short for the episodes' stretches is compared by.
+SINGLE_WINDOWS = "baseline windows (too few for stretches of the episodes' length)"
+
+
+def _window_null(seq: np.ndarray, hits: _EpisodeHits) -> _StretchNull:
+    """Single baseline windows, where the baseline cannot hold the episodes' stretches apart.
+
+    A short run whose spikes fill most of it (4 episodes of 16 windows in 34 s) leaves
+    a few baseline windows: stretches of the episodes' length shifted over them overlap
+    almost wholly and say nothing (a load machine's quota, in 4/4 episodes with its
+    throttling at 50 % against 0 %, read as weak, session 22). Single windows favour
+    the cause (an episode has more chances than one window), which is why moderate and
+    strong also need the cause's own metric to move (`confidence`).
+    """
+    explained = len(hits.explained)
+    held = int(seq.sum())
+    _, p = stats.fisher_exact(
+        [[explained, hits.tested - explained], [held, seq.size - held]], alternative="greater"
+    )
+    return _StretchNull(float(seq.mean()), float(p), SINGLE_WINDOWS)
 
 
 def _run_level_outcome(
@@ -404,9 +429,7 @@ def score(
     if signature.metric is not None:
         delta = cliffs_delta(signature.metric[hits.proper], signature.metric[base])
     found = _rated(signature, hits, episodes, coincidence, float(p_value), delta, lift)
-    reason = (
-        f"signature in {len(explained)}/{tested} episodes{scope}, vs {base_rate:.0%} of {STRETCHES}"
-    )
+    reason = f"signature in {len(explained)}/{tested} episodes{scope}, vs {base_rate:.0%} of {null.compared}"
     if found is None:
         return None, CauseCheck(cause, "not_found", reason), []
     ev = signature.evidence(hits.union, base) if signature.evidence else []

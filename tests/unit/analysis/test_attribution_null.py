@@ -94,3 +94,27 @@ def test_the_finding_says_what_it_was_compared_with():
     assert (
         check.reason == f"signature in 8/8 episodes, vs {rate} of same-length stretches of the run"
     )
+
+
+def test_a_baseline_too_short_for_the_episodes_stretches_is_compared_window_by_window():
+    # GIVEN 4 episodes whose stretches (their windows and leads: 22 chances) outnumber the
+    # 11 baseline windows of a short run, the signature in 2 of those windows
+    hits = attribution._EpisodeHits(
+        explained=["p99#1", "p99#2", "p99#3", "p99#4"], explained_windows=[], lags=[],
+        union=np.zeros(40, bool), proper=np.zeros(40, bool), tested=4,
+        firsts=[2, 12, 20, 30], chances=[7, 3, 6, 6],
+    )  # fmt: skip
+    base = np.zeros(40, bool)
+    base[[0, 1, 9, 10, 11, 17, 18, 27, 28, 38, 39]] = True
+    holds = np.zeros(40)
+    holds[[9, 28]] = 1.0
+    null = attribution._stretch_null(holds, base, hits)
+    # THEN single windows are the comparison, and the reason says why
+    assert null.compared == attribution.SINGLE_WINDOWS
+    assert null.rate == pytest.approx(2 / 11)
+    assert null.p_value < 0.05
+    # ... while a baseline long enough for them keeps the stretches
+    long_base = np.ones(400, bool)
+    long_base[:40] = base
+    long_null = attribution._stretch_null(np.concatenate([holds, np.zeros(360)]), long_base, hits)
+    assert long_null.compared != attribution.SINGLE_WINDOWS
