@@ -46,7 +46,8 @@ examples:
   loadkit analyze reports/20251129-204400-burst --verbose
 """
 
-MAX_FINDINGS = 5
+MAX_FINDINGS = 5  # with --verbose
+FIRST_SCREEN_FINDINGS = 3  # without: every finding is in analysis.json and the report
 # The first screen's notes: at most this many lines, each about this wide; every note
 # and every cause that could not be assessed stays in analysis.json, the report and
 # `--verbose`. A production window made 27 note lines, the demo 5 (issue 55).
@@ -273,10 +274,14 @@ def print_summary(analysis: Analysis, out: TextIO, *, verbose: bool = False) -> 
     if p99_eps:
         w(f"P99 spike episodes: {len(p99_eps)}{_period_phrase(a)}\n")
     if a.findings:
-        for i, f in enumerate(a.findings[:MAX_FINDINGS], start=1):
+        # The first finding with its evidence and action; the others a line each (the
+        # first screen: a weak second finding took it to 19 lines), in full with --verbose.
+        shown = a.findings[: MAX_FINDINGS if verbose else FIRST_SCREEN_FINDINGS]
+        for i, f in enumerate(shown, start=1):
             w(f" {i}. [{f.confidence}] {f.title}: {f.summary}\n")
-            w(f"    evidence: {_evidence_line(f)}\n")
-            w(f"    action: {f.action}\n")
+            if i == 1 or verbose:
+                w(f"    evidence: {_evidence_line(f)}\n")
+                w(f"    action: {f.action}\n")
     for r in a.recoveries:
         w(_recovery_line(r, a.run.start_ns or 0) + "\n")
     if a.knee is not None:

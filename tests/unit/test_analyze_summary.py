@@ -3,6 +3,7 @@ the target and its telemetry were in one line, the notes in a few, and what the 
 
 import dataclasses
 import io
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,7 +14,7 @@ from loadkit.analysis.places import placement_lines
 from loadkit.analysis.slo import slo_verdict
 from loadkit.commands.analyze import NOTE_LINES, _period_phrase, print_summary
 from loadkit.rundir import load_run
-from loadkit.testing.synthetic import RunSpec, write_run
+from loadkit.testing.synthetic import RunSpec, demo_spec, write_run
 
 
 def _analysis(*periods: Periodicity) -> SimpleNamespace:
@@ -133,3 +134,24 @@ def test_the_verdict_names_dropped_arrivals_when_it_counts_them(analysis: Analys
     assert verdict.summary.startswith("FAIL: errors + dropped arrivals ")
     clean = slo_verdict({"errors_pct": 1.0}, "command line", analysis.overall)
     assert clean.summary == "PASS: errors 0% <= 1%"
+
+
+def test_the_first_finding_has_its_evidence_and_action_and_the_others_a_line_each(
+    tmp_path: Path,
+) -> None:
+    # GIVEN four findings
+    demo = analyze_run(load_run(write_run(demo_spec(), tmp_path)))
+    assert demo.findings
+    first = demo.findings[0]
+    more = [dataclasses.replace(first, title=f"Other cause {k}") for k in range(3)]
+    a = dataclasses.replace(demo, findings=(first, *more))
+    lines = _summary(a)
+    # THEN the first finding's evidence and action are printed, and the second and third
+    # take a line each; the fourth is left to --verbose (and to analysis.json, the report)
+    assert sum(line.startswith("    evidence: ") for line in lines) == 1
+    assert sum(line.startswith("    action: ") for line in lines) == 1
+    assert [line.split("]")[0] for line in lines if line.startswith(" ") and ". [" in line[:6]] == [
+        f" {k}. [{first.confidence}" for k in (1, 2, 3)
+    ]
+    verbose = _summary(a, verbose=True)
+    assert sum(line.startswith("    evidence: ") for line in verbose) == 4
