@@ -278,8 +278,10 @@ def print_summary(analysis: Analysis, out: TextIO, *, verbose: bool = False) -> 
         # first screen: a weak second finding took it to 19 lines), in full with --verbose.
         shown = a.findings[: MAX_FINDINGS if verbose else FIRST_SCREEN_FINDINGS]
         for i, f in enumerate(shown, start=1):
-            w(f" {i}. [{f.confidence}] {f.title}: {f.summary}\n")
-            if i == 1 or verbose:
+            full = i == 1 or verbose
+            made_by = f", a consequence of {f.consequence_of}" if f.consequence_of else ""
+            w(f" {i}. [{f.confidence}] {f.title}{'' if full else made_by}: {f.summary}\n")
+            if full:
                 w(f"    evidence: {_evidence_line(f)}\n")
                 w(f"    action: {f.action}\n")
     for r in a.recoveries:
