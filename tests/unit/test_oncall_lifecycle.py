@@ -25,32 +25,15 @@ from loadkit import lifeline
 from loadkit.oncall.incidents import ANALYZED, DEADLINE, FAILED, INTERRUPTED, STATE_FILE
 from loadkit.oncall.notify import parse_receiver, slack_body
 from loadkit.oncall.worker import Bounds, ChildAnalysis
-from tests.unit.telemetry.test_prometheus_import import FakePrometheus, Series
+from tests.unit.telemetry.test_prometheus_import import FakePrometheus, Series, triton_series
 from tests.unit.test_oncall import FakeAnalysis, oncall, payload, post, receiving_hook, wait_for
 
 RATE = 100.0  # requests/s
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _spike_seconds(n: int) -> int:
-    return n // 20 * 2 + min(n % 20, 2)  # 2 s of every 20 s
-
-
-def _duration_us(t: float) -> float:
-    n = int(t)
-    return RATE * 1000 * (5 * n + 45 * _spike_seconds(n))  # 5 ms, 50 ms in the spikes
-
-
 # Triton's counters for a model slowing 10x for 2 s every 20 s, in closed form (any time).
-LABELS = {"model": "ranker", "version": "1", "job": "triton"}
-TRITON: Series = {
-    "nv_inference_request_success": [(LABELS, lambda t: RATE * int(t))],
-    "nv_inference_count": [(LABELS, lambda t: RATE * int(t))],
-    "nv_inference_exec_count": [(LABELS, lambda t: RATE * int(t) / 4)],
-    "nv_inference_request_duration_us": [(LABELS, _duration_us)],
-    "nv_inference_queue_duration_us": [(LABELS, lambda t: 1000.0 * RATE * int(t))],
-    "nv_inference_compute_infer_duration_us": [(LABELS, _duration_us)],
-}
+TRITON: Series = triton_series(rate=RATE, spike_every=20)
 
 
 class StandInPrometheus(FakePrometheus):
