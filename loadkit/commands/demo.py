@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print_summary(Analysis.load(result.run_dir / ANALYSIS_FILE), sys.stdout)
     if result.report_path is not None:
-        print(f"\nreport: {result.report_path}")
+        print(f"report: {result.report_path}")  # no blank line: the first screen is 18 lines
         print(result.report_path.resolve().as_uri())
     if result.status == "aborted":
         print("the run was interrupted; the report covers what was recorded", file=sys.stderr)
