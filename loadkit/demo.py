@@ -168,8 +168,9 @@ def run_demo(
             ),
             command_line=list(sys.argv),
         )
-        say("      stopping Triton")
-    return _analyze_and_report(run_dir, say)
+        say("      stopping Triton (while the run is analyzed)")
+        triton.stop_in_background()
+        return _analyze_and_report(run_dir, say)  # leaving `with` waits for Triton to be gone
 
 
 def _analyze_and_report(run_dir: Path, say: Callable[[str], None]) -> DemoResult:

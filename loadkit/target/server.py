@@ -18,13 +18,14 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import psutil
 
@@ -80,6 +81,12 @@ class EmbeddedTriton:
     call `start()` and `stop()`. Ports of 0 are replaced by free ephemeral ports.
     """
 
+    # Leaving the context manager waits for the server to be gone, unless this is off:
+    # then it stops in a non-daemon thread (the interpreter still waits for it at exit)
+    # and the caller goes on. Triton takes about 2.4 s to unload the ranker and exit; the
+    # test suite turns this off, where 56 s of pass 1 went to servers stopping.
+    exit_waits: ClassVar[bool] = True
+
     model_name = MODEL_NAME
 
     def __init__(
@@ -129,6 +136,7 @@ class EmbeddedTriton:
         self._workdir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._guard: lifeline.GroupGuard | None = None
+        self._stopping: threading.Thread | None = None
         self.startup_timeout_s = startup_timeout_s
         # Triton waits up to this long on SIGTERM for in-flight requests and for its
         # models to unload, checking once a second, and exits at the first check that
@@ -203,10 +211,16 @@ class EmbeddedTriton:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        if self.exit_waits:
+            self.stop()
+        else:
+            self.stop_in_background()
 
     def start(self) -> EmbeddedTriton:
         """Start the server and wait until `ranker` is ready; raise TargetError if not."""
+        if self._stopping is not None:  # a restart: the previous server must be gone first
+            self._stopping.join()
+            self._stopping = None
         if self._proc is not None:
             raise RuntimeError("EmbeddedTriton is already started")
         runtime = find_runtime()
@@ -329,9 +343,21 @@ class EmbeddedTriton:
 
     def stop(self) -> None:
         """SIGTERM the server, SIGKILL its process group if it lingers; idempotent."""
+        stopping = self._stopping
+        if stopping is not None and stopping is not threading.current_thread():
+            stopping.join()  # stopped, or stopping, in the background: wait for that one
+            return
         atexit.unregister(self.stop)
         self._kill()
         self._cleanup(keep_log=self._user_log_path is not None)
+
+    def stop_in_background(self) -> threading.Thread:
+        """stop() in a thread, so that work that no longer needs the server (analyzing the
+        run) overlaps its shutdown; stop() or the interpreter's exit waits for it."""
+        if self._stopping is None:
+            self._stopping = threading.Thread(target=self.stop, name="stopping tritonserver")
+            self._stopping.start()
+        return self._stopping
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None

@@ -17,7 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from loadkit.target.server import EmbeddedTriton
 from tests.integration.support import BUILD_LOG, NOT_SHIPPED, REPO, DemoRun, user_env
+
+# A test's `with EmbeddedTriton(...)` returns while the server unloads its model and exits
+# (about 2.4 s, 56 s of pass 1 in all): the next test starts meanwhile, on fresh ports. An
+# explicit stop() still waits (test_target's checks of what a stop leaves behind).
+EmbeddedTriton.exit_waits = False
 
 # Runs a command as the child of a subreaper, so that anything the command leaves
 # running re-parents to this wrapper (not to init) and can be listed, then killed.

@@ -10,7 +10,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 BUILD_LOG = "wheel-build.log"  # beside the venv: what `pip wheel` printed
 NOT_SHIPPED = shutil.ignore_patterns(
-    ".git", ".venv", "reports", "build", "*.egg-info", "__pycache__", ".*_cache", "tests", "bench"
+    ".git",
+    ".venv",
+    ".venv-*",
+    "reports",
+    "build",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    "tests",
+    "bench",
 )
 
 

@@ -130,7 +130,7 @@ def test_an_alert_leaves_a_report_that_names_the_compute_slowdown(tmp_path: Path
     token_file = tmp_path / "oncall.token"
     token_file.write_text(TOKEN + "\n")
     hook = ThreadingHTTPServer(("127.0.0.1", 0), type("Hook", (_Hook,), {"received": []}))
-    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    threading.Thread(target=hook.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     received: list[dict[str, Any]] = hook.RequestHandlerClass.received  # type: ignore[attr-defined]
     oncall_port, am_port = free_port(), free_port()
     oncall_url = f"http://127.0.0.1:{oncall_port}"

@@ -36,7 +36,9 @@ class _Counting(BaseHTTPRequestHandler):
 def server() -> Iterator[ThreadingHTTPServer]:
     _Counting.posts = {}
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield httpd
     httpd.shutdown()

@@ -188,7 +188,9 @@ class Receiver_(BaseHTTPRequestHandler):
 def receiving_hook(failures: int = 0) -> Iterator[tuple[str, type[Receiver_]]]:
     handler = type("Handler", (Receiver_,), {"failures": failures, "received": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/hook", handler
@@ -222,7 +224,9 @@ def oncall(
     service.resume()
     notifier.start()
     worker.start()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield service, server.url, logs

@@ -238,7 +238,9 @@ def agent_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Age
         }
     )
     server = AgentServer("127.0.0.1", 0, exposition)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     yield server
     server.shutdown()
     server.server_close()
@@ -396,7 +398,9 @@ def test_an_agent_that_does_not_answer_is_one_warning(tmp_path: Path) -> None:
 def test_a_run_scrapes_the_agents_gpu_over_http_into_gpu_rows(sim_gpu: GpuSampler) -> None:
     exposition = AgentExposition({"gpu": GpuCollector(sim_gpu, warn=lambda m: None)})
     server = AgentServer("127.0.0.1", 0, exposition)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         gpu_target, _ = parse_agent(server.url)
         sampler = ScrapeSampler("gpu", [gpu_target], 0.1)
@@ -427,7 +431,9 @@ def _host_agent(tmp_path: Path, **kw: Any) -> AgentServer:
         }
     )
     server = AgentServer("127.0.0.1", 0, exposition, **kw)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     return server
 
 

@@ -230,7 +230,9 @@ def test_a_well_behaved_server_keeps_one_connection_for_every_get_and_post() -> 
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     getter = KeepAliveGetter(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5.0)
     try:
         # WHEN probes and scrapes alternate on one getter
