@@ -6,6 +6,7 @@ need their own lifecycle (failures, stop) start small dedicated ones.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -264,8 +265,19 @@ def test_port_in_use_is_a_clear_error() -> None:
 
 def test_a_server_bound_to_another_address_listens_there_only() -> None:
     # GIVEN the server bound to 127.0.0.2 (the first step of a server on another host:
-    # a network namespace's address works the same way)
-    with EmbeddedTriton(host="127.0.0.2") as triton:
+    # a network namespace's address works the same way), on ports this test holds on
+    # 127.0.0.1, bound but not listening: no other process of a parallel suite can take
+    # them there (one did in a pass-1 run: its server answered on 127.0.0.1 at that port)
+    held = [socket.socket() for _ in range(3)]
+    for s in held:
+        s.bind(("127.0.0.1", 0))
+    http, grpc, metrics = (s.getsockname()[1] for s in held)
+    with contextlib.ExitStack() as stack:
+        for s in held:
+            stack.enter_context(s)
+        triton = stack.enter_context(
+            EmbeddedTriton(host="127.0.0.2", http_port=http, grpc_port=grpc, metrics_port=metrics)
+        )
         assert triton.http_url.startswith("http://127.0.0.2:")
         with urllib.request.urlopen(f"{triton.http_url}/v2/health/ready", timeout=5) as r:
             assert r.status == 200
